@@ -1,0 +1,194 @@
+import { mkdtemp, rm, writeFile } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { AttachStorage, createAttachStorage } from '../service/attach-storage.js'
+import { loadConfigFile, mergeSettings } from './load.js'
+import { camelizeSettings, parseAttachConfig } from './schema.js'
+import { parseDuration, parseSize } from './units.js'
+
+let dir: string
+beforeAll(async () => {
+  dir = await mkdtemp(join(tmpdir(), 'attach-config-'))
+})
+afterAll(async () => {
+  await rm(dir, { recursive: true, force: true })
+})
+
+const base = () => ({ directory: { baseDir: join(dir, 'files') }, db: { file: join(dir, `${Math.random()}.db`) } })
+
+describe('the settings schema', () => {
+  it('reads the spec kebab-case tree and camelCase alike, with defaults', () => {
+    const kebab = parseAttachConfig({
+      attach: {
+        enabled: true,
+        'cdn-url': 'https://cdn.example.com/files/',
+        'api-prefix': '/api/storage',
+        'default-store': 'main',
+        directory: { 'base-dir': '/srv/files', 'tmp-dir': '/srv/tmp' },
+        stores: { main: { type: 'local', 'base-dir': '/srv/main' } },
+        domains: { 'my-domain': { store: 'main', categories: { 'photo-set': { filters: [{ name: 'size', 'max-size': '2MB' }] } } } },
+        'tmp-ttl': '2h',
+      },
+    })
+    const camel = parseAttachConfig({
+      cdnUrl: 'https://cdn.example.com/files/',
+      defaultStore: 'main',
+      directory: { baseDir: '/srv/files', tmpDir: '/srv/tmp' },
+      stores: { main: { type: 'local', baseDir: '/srv/main' } },
+      domains: { 'my-domain': { store: 'main', categories: { 'photo-set': { filters: [{ name: 'size', maxSize: '2MB' }] } } } },
+      tmpTtl: 7200,
+    })
+    expect(kebab).toEqual(camel)
+    expect(kebab.stores.main).toEqual({ type: 'local', baseDir: '/srv/main' })
+    expect(Object.keys(kebab.domains)).toEqual(['my-domain'])
+    expect(kebab.tmpTtl).toBe(7_200_000)
+    expect(kebab.assetsPrefix).toBe('/assets/storage')
+    expect(kebab.upload.maxFileSize).toBe(100 * 1024 * 1024)
+    expect(kebab.db.type).toBe('sqlite')
+  })
+
+  it('maps the spec db types jpa/mybatis to the embedded default', () => {
+    expect(parseAttachConfig({ db: { type: 'jpa' } }).db.type).toBe('sqlite')
+    expect(parseAttachConfig({ db: { type: 'postgres' } }).db.type).toBe('postgres')
+  })
+
+  it('rejects a cdn-url without the trailing slash and other bad values, naming the path', () => {
+    expect(() => parseAttachConfig({ 'cdn-url': 'https://cdn.example.com' })).toThrow(/attach\.cdnUrl: must end with \//)
+    expect(() => parseAttachConfig({ 'cdn-url': 'not a url/' })).toThrow(/cdnUrl/)
+    expect(() => parseAttachConfig({ 'tmp-ttl': 'soon' })).toThrow(/tmpTtl/)
+    expect(() => parseAttachConfig({ 'time-zone': 'Mars/Olympus' })).toThrow(/timeZone/)
+    expect(() => parseAttachConfig({ upload: { 'max-file-size': '12 parsecs' } })).toThrow(/maxFileSize/)
+    expect(() => parseAttachConfig({ domains: { 'bad domain': {} } })).toThrow(/domains/)
+    expect(() => parseAttachConfig({ 'api-prefix': 'no-slash' })).toThrow(/apiPrefix/)
+  })
+
+  it('keeps names under stores, domains and categories as written', () => {
+    expect(camelizeSettings({ stores: { 'my-store': { 'base-dir': 'x' } } })).toEqual({ stores: { 'my-store': { baseDir: 'x' } } })
+  })
+
+  it('parses sizes and durations', () => {
+    expect(parseSize('500KB')).toBe(512000)
+    expect(parseSize('2 MB')).toBe(2 * 1024 * 1024)
+    expect(parseSize('1GB')).toBe(1024 ** 3)
+    expect(parseSize(3, 'mb')).toBe(3 * 1024 * 1024)
+    expect(parseSize(-1)).toBeUndefined()
+    expect(parseSize('lots')).toBeUndefined()
+    expect(parseDuration('24h')).toBe(86_400_000)
+    expect(parseDuration(90)).toBe(90_000)
+    expect(parseDuration('x')).toBeUndefined()
+  })
+})
+
+describe('start-up failures', () => {
+  it('a default-store that is not declared lists the declared stores', async () => {
+    await expect(
+      createAttachStorage({ config: { ...base(), 'default-store': 'nas', stores: { a: { type: 'local' }, b: { type: 'local' } } } }),
+    ).rejects.toThrow(/attach\.default-store names store "nas", which is not declared; declared stores: a, b/)
+  })
+  it("a domain's store that is not declared lists the declared stores", async () => {
+    await expect(
+      createAttachStorage({ config: { ...base(), domains: { demo: { store: 'nas' } } } }),
+    ).rejects.toThrow(/attach\.domains\.demo\.store names store "nas", which is not declared; declared stores: local/)
+  })
+  it('a store without a type', async () => {
+    await expect(createAttachStorage({ config: { ...base(), stores: { x: { 'base-dir': '/x' } } } })).rejects.toThrow(
+      /attach\.stores\.x: "type" is required/,
+    )
+  })
+  it('a store type with no adapter at all', async () => {
+    await expect(createAttachStorage({ config: { ...base(), stores: { x: { type: 'floppy' } } } })).rejects.toThrow(
+      /no adapter exists for store type "floppy"/,
+    )
+  })
+  it('a store type whose package is not installed names the package to install', async () => {
+    const missing = (spec: string) => {
+      const err = new Error(`Cannot find package '${spec}' imported from x`) as NodeJS.ErrnoException
+      err.code = 'ERR_MODULE_NOT_FOUND'
+      return Promise.reject(err)
+    }
+    const cases = [
+      ['s3', { bucket: 'b', region: 'r' }, '@attach-storage/store-s3'],
+      ['azure', { 'connection-string': 'c', container: 'c' }, '@attach-storage/store-azure'],
+      ['sftp', { host: 'h' }, '@attach-storage/store-sftp'],
+      ['ftp', { host: 'h' }, '@attach-storage/store-ftp'],
+    ] as const
+    for (const [type, settings, pkg] of cases) {
+      await expect(
+        createAttachStorage({ config: { ...base(), stores: { remote: { type, ...settings } } }, importModule: missing }),
+      ).rejects.toThrow(new RegExp(`run "npm install ${pkg.replace('/', '\\/')}"`))
+    }
+  })
+  it('the real loader reports the package of a store type that is not installed', async () => {
+    // No store package is a dependency of the core, so the genuine import fails here.
+    await expect(
+      createAttachStorage({ config: { ...base(), stores: { remote: { type: 'ftp', host: '127.0.0.1' } } } }),
+    ).rejects.toThrow(/npm install @attach-storage\/store-ftp/)
+  })
+  it('required settings of the type missing', async () => {
+    const cases = [
+      ['s3', {}, /missing required settings: bucket, region/],
+      ['s3', { bucket: 'b' }, /missing required settings: region/],
+      ['azure', { container: 'c' }, /missing required settings: connection-string/],
+      ['sftp', {}, /missing required settings: host/],
+      ['ftp', { port: 21 }, /missing required settings: host/],
+    ] as const
+    for (const [type, settings, re] of cases) {
+      await expect(createAttachStorage({ config: { ...base(), stores: { r: { type, ...settings } } } })).rejects.toThrow(re)
+    }
+  })
+  it('the spec attach.s3.* keys declare an implicit store "s3"', async () => {
+    await expect(createAttachStorage({ config: { ...base(), s3: { bucket: 'b' }, 'default-store': 's3' } })).rejects.toThrow(
+      /attach\.stores\.s3 \(type s3\) is missing required settings: region/,
+    )
+  })
+  it('registering before the service has initialised fails with a clear message', async () => {
+    const storage = new AttachStorage({ config: base() })
+    expect(() => storage.registry.registerDomain('x', { store: 'local' })).toThrow(/before the attach storage service has initialised/)
+    expect(() => storage.registry.registerCategory('x', 'y')).toThrow(/before the attach storage service has initialised/)
+    expect(() =>
+      storage.registry.registerFilter({ name: 'virus', check: () => null }),
+    ).toThrow(/before the attach storage service has initialised/)
+    await storage.init()
+    expect(storage.registry.registerDomain('x', { store: 'local' }).categories.has('default')).toBe(true)
+    await storage.close()
+  })
+  it('a category naming an unregistered filter, and a domain on an undeclared store, fail in the registrar', async () => {
+    await expect(
+      createAttachStorage({ config: { ...base(), domains: { d: { categories: { c: { filters: ['virus'] } } } } } }),
+    ).rejects.toThrow(/names filter "virus", which is not registered/)
+    await expect(
+      createAttachStorage({ config: base(), registrar: (r) => void r.registerDomain('d', { store: 'nas' }) }),
+    ).rejects.toThrow(/declared stores: local/)
+  })
+  it('uses the OS temporary directory without a base-dir', async () => {
+    const storage = new AttachStorage({ config: { db: { file: join(dir, 'os.db') } } })
+    await storage.init()
+    const local = storage.store('local') as unknown as { baseDir: string }
+    expect(local.baseDir).toBe(tmpdir())
+    await storage.close()
+  })
+})
+
+describe('configuration files', () => {
+  it('loads JSON and YAML with the top-level attach key, merged over defaults', async () => {
+    const json = join(dir, 'a.json')
+    const yaml = join(dir, 'a.yaml')
+    await writeFile(json, JSON.stringify({ attach: { 'default-store': 'x', stores: { x: { type: 'local', 'base-dir': '/x' } } } }))
+    await writeFile(yaml, 'attach:\n  default-store: x\n  stores:\n    x:\n      type: local\n      base-dir: /x\n')
+    const a = await loadConfigFile(json)
+    expect(a).toEqual(await loadConfigFile(yaml))
+    expect(mergeSettings({ defaultStore: 'local', upload: { maxFiles: 3 } }, a)).toEqual({
+      defaultStore: 'x',
+      upload: { maxFiles: 3 },
+      stores: { x: { type: 'local', baseDir: '/x' } },
+    })
+  })
+  it('fails clearly on a missing file, bad syntax and a missing attach key', async () => {
+    await expect(loadConfigFile(join(dir, 'none.json'))).rejects.toThrow(/Cannot read the configuration file/)
+    await writeFile(join(dir, 'bad.json'), '{')
+    await expect(loadConfigFile(join(dir, 'bad.json'))).rejects.toThrow(/not valid JSON/)
+    await writeFile(join(dir, 'noattach.yaml'), 'other: 1\n')
+    await expect(loadConfigFile(join(dir, 'noattach.yaml'))).rejects.toThrow(/top-level "attach" key/)
+  })
+})

@@ -1,0 +1,229 @@
+import * as v from 'valibot'
+import { configError } from '../errors.js'
+import type { FileDescription } from '../service/types.js'
+import { parseDuration, parseSize } from './units.js'
+
+/** The store types the spec names, with their required settings (camelCase). */
+export const STORE_TYPES = {
+  local: { required: [] as string[], packageName: undefined as string | undefined },
+  s3: { required: ['bucket', 'region'], packageName: '@attach-storage/store-s3' },
+  azure: { required: ['connectionString', 'container'], packageName: '@attach-storage/store-azure' },
+  sftp: { required: ['host'], packageName: '@attach-storage/store-sftp' },
+  ftp: { required: ['host'], packageName: '@attach-storage/store-ftp' },
+} as const
+
+/** The per-category secure-access function: `true` allows; `false` or a throw refuses (403). */
+export type SecureAccessFunction = (request: Request, file: FileDescription) => boolean | Promise<boolean>
+
+/** One entry of a category's filter chain: a registered filter's name, or `{name, ...options}`. */
+export type FilterSpec = string | ({ name: string } & Record<string, unknown>)
+
+const sizeValue = v.union([v.number(), v.string()])
+
+const FilterSpecSchema = v.union([
+  v.pipe(v.string(), v.nonEmpty()),
+  v.looseObject({ name: v.pipe(v.string(), v.nonEmpty()) }),
+])
+
+const CategorySchema = v.object({
+  /** The category's filter chain, run on every temporary and direct upload into it. */
+  filters: v.optional(v.array(FilterSpecSchema), []),
+  /** The secure-access function guarding every view, download and ZIP of the category. */
+  secureAccess: v.optional(v.custom<SecureAccessFunction>((f) => typeof f === 'function', 'must be a function')),
+})
+
+const NAME = v.pipe(v.string(), v.regex(/^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$/, 'must be 1-64 letters, digits, _ or -'))
+
+const DomainSchema = v.object({
+  /** Store of the domain's files; default: `defaultStore`. */
+  store: v.optional(v.string()),
+  /** Entity field whose date-time places files in `{yyyy}/{MM}` on a host entity save. */
+  dateField: v.optional(v.string(), 'createdDt'),
+  /** The domain's categories; `default` is always present. */
+  categories: v.optional(v.record(NAME, CategorySchema), {}),
+})
+
+const StoreSchema = v.looseObject({ type: v.optional(v.string()) })
+
+const prefix = (def: string) =>
+  v.optional(
+    v.pipe(
+      v.string(),
+      v.regex(/^\/[A-Za-z0-9/_.-]*$/, 'must be a path starting with /'),
+      v.transform((p) => p.replace(/\/+$/, '')),
+    ),
+    def,
+  )
+
+/** The whole `attach` settings tree, in camelCase. */
+export const AttachConfigSchema = v.object({
+  /** Master switch. @default true */
+  enabled: v.optional(v.boolean(), true),
+  db: v.optional(
+    v.object({
+      /** Kysely dialect: `sqlite` (embedded default), `postgres` or `mysql`. The spec's `jpa`/`mybatis` mean `sqlite`. */
+      type: v.optional(
+        v.pipe(
+          v.picklist(['sqlite', 'postgres', 'mysql', 'jpa', 'mybatis']),
+          v.transform((t) => (t === 'jpa' || t === 'mybatis' ? 'sqlite' : t)),
+        ),
+        'sqlite',
+      ),
+      /** Connection URL for postgres / mysql. */
+      url: v.optional(v.string()),
+      /** SQLite file; default `{baseDir}/attach.db`. */
+      file: v.optional(v.string()),
+    }),
+    {},
+  ),
+  directory: v.optional(
+    v.object({
+      /** Base directory of final files; default: the OS temporary directory. */
+      baseDir: v.optional(v.string()),
+      /** Directory of temporary files; default `{baseDir}/.tmp`. */
+      tmpDir: v.optional(v.string()),
+    }),
+    {},
+  ),
+  /** Public base address of files; must end with `/`. */
+  cdnUrl: v.optional(v.pipe(v.string(), v.url('must be an absolute URL'), v.endsWith('/', 'must end with /'))),
+  /** Prefix of the JSON group. @default '/api/storage' */
+  apiPrefix: prefix('/api/storage'),
+  /** Prefix of the binary group. @default '/assets/storage' */
+  assetsPrefix: prefix('/assets/storage'),
+  /** Name of the store used by default. @default 'local' */
+  defaultStore: v.optional(v.string(), 'local'),
+  /** Declared stores by name. A `local` store is implicit when none is declared under that name. */
+  stores: v.optional(v.record(v.string(), StoreSchema), {}),
+  /** The spec's `attach.s3.*`: the settings of an implicit store named `s3`. */
+  s3: v.optional(v.looseObject({})),
+  /** Store holding temporary files; default: a local store on `directory.tmpDir`. */
+  tmpStore: v.optional(v.string()),
+  /** IANA zone whose month places files in `{yyyy}/{MM}`. @default 'UTC' */
+  timeZone: v.optional(
+    v.pipe(
+      v.string(),
+      v.check((tz) => {
+        try {
+          new Intl.DateTimeFormat('en-US', { timeZone: tz })
+          return true
+        } catch {
+          return false
+        }
+      }, 'must be an IANA time zone'),
+    ),
+    'UTC',
+  ),
+  /** Lifetime of temporary files (`"24h"`, `"30m"`, or seconds). @default '24h' */
+  tmpTtl: v.optional(
+    v.pipe(
+      v.union([v.number(), v.string()]),
+      v.transform((x) => parseDuration(x)),
+      v.number('must be a duration such as "24h" or a number of seconds'),
+      v.minValue(1000, 'must be at least 1s'),
+    ),
+    '24h',
+  ),
+  upload: v.optional(
+    v.object({
+      /** Largest accepted file (bytes, or `"100MB"`); larger answers 413. @default '100MB' */
+      maxFileSize: v.optional(
+        v.pipe(sizeValue, v.transform((x) => parseSize(x)), v.number('must be a size'), v.minValue(1)),
+        '100MB',
+      ),
+      /** Largest accepted request body; default: maxFileSize × maxFiles plus 1 MiB of fields. */
+      maxRequestSize: v.optional(
+        v.pipe(sizeValue, v.transform((x) => parseSize(x)), v.number('must be a size'), v.minValue(1)),
+      ),
+      /** Most files in one upload request. @default 20 */
+      maxFiles: v.optional(v.pipe(v.number(), v.integer(), v.minValue(1)), 20),
+    }),
+    {},
+  ),
+  /** Domains by code. Domains are never created from a request. */
+  domains: v.optional(v.record(NAME, DomainSchema), {}),
+})
+
+export type AttachConfigInput = v.InferInput<typeof AttachConfigSchema>
+export type AttachConfigParsed = v.InferOutput<typeof AttachConfigSchema>
+export type CategoryConfig = v.InferOutput<typeof CategorySchema>
+export type DomainConfig = v.InferOutput<typeof DomainSchema>
+
+/** Map keys that are names (kept as written) rather than setting keys (turned to camelCase). */
+const NAME_MAPS = new Set(['stores', 'domains', 'categories'])
+
+const camel = (k: string) => k.replace(/-([a-z0-9])/g, (_, c: string) => c.toUpperCase())
+
+/**
+ * Turns the spec's kebab-case keys (`base-dir`, `default-store`) into camelCase, leaving the names
+ * under `stores`, `domains` and `categories` as they are. camelCase input passes unchanged.
+ */
+export function camelizeSettings(value: unknown, parentKey?: string): unknown {
+  if (Array.isArray(value)) return value.map((x) => camelizeSettings(x))
+  if (value === null || typeof value !== 'object' || typeof value === 'function') return value
+  if (Object.getPrototypeOf(value) !== Object.prototype && Object.getPrototypeOf(value) !== null) return value
+  const out: Record<string, unknown> = {}
+  const isNameMap = parentKey !== undefined && NAME_MAPS.has(parentKey)
+  for (const [k, val] of Object.entries(value)) {
+    const key = isNameMap ? k : camel(k)
+    out[key] = isNameMap ? camelizeSettings(val) : camelizeSettings(val, key)
+  }
+  return out
+}
+
+/**
+ * Validates a settings tree (kebab-case or camelCase, with or without the top-level `attach` key) and
+ * applies the defaults. Throws `config-invalid` with every problem named by its path.
+ */
+export function parseAttachConfig(input: unknown): AttachConfigParsed {
+  let tree = input
+  if (tree && typeof tree === 'object' && 'attach' in tree && Object.keys(tree).length === 1) {
+    tree = (tree as { attach: unknown }).attach
+  }
+  const result = v.safeParse(AttachConfigSchema, camelizeSettings(tree ?? {}))
+  if (!result.success) {
+    const problems = result.issues.map((issue) => {
+      const path = v.getDotPath(issue)
+      return `attach${path ? '.' + path : ''}: ${issue.message}`
+    })
+    throw configError(`Invalid attach configuration:\n  ${problems.join('\n  ')}`)
+  }
+  return result.output
+}
+
+/** Checks the cross-references that one schema cannot: store declarations and the stores named. */
+export function checkStoreDeclarations(
+  stores: Record<string, Record<string, unknown>>,
+  config: Pick<AttachConfigParsed, 'defaultStore' | 'domains' | 'tmpStore'>,
+  customTypes: ReadonlySet<string>,
+): void {
+  const declared = Object.keys(stores)
+  const list = declared.length ? declared.join(', ') : '(none)'
+  for (const [name, settings] of Object.entries(stores)) {
+    const type = settings.type
+    if (typeof type !== 'string' || type === '') {
+      throw configError(`attach.stores.${name}: "type" is required (one of ${Object.keys(STORE_TYPES).join(', ')})`)
+    }
+    const known = STORE_TYPES[type as keyof typeof STORE_TYPES]
+    if (!known && !customTypes.has(type)) {
+      throw configError(
+        `attach.stores.${name}: no adapter exists for store type "${type}" (known: ${Object.keys(STORE_TYPES).join(', ')})`,
+      )
+    }
+    const missing = (known?.required ?? []).filter((k) => settings[k] === undefined || settings[k] === '')
+    if (missing.length) {
+      const kebab = missing.map((k) => k.replace(/[A-Z]/g, (c) => '-' + c.toLowerCase()))
+      throw configError(`attach.stores.${name} (type ${type}) is missing required settings: ${kebab.join(', ')}`)
+    }
+  }
+  const named: Array<[string, string]> = [['attach.default-store', config.defaultStore]]
+  if (config.tmpStore) named.push(['attach.tmp-store', config.tmpStore])
+  for (const [domain, d] of Object.entries(config.domains)) {
+    if (d.store) named.push([`attach.domains.${domain}.store`, d.store])
+  }
+  for (const [where, store] of named) {
+    if (!(store in stores)) {
+      throw configError(`${where} names store "${store}", which is not declared; declared stores: ${list}`)
+    }
+  }
+}

@@ -1,0 +1,143 @@
+import { Readable, Transform, type TransformCallback } from 'node:stream'
+import { Busboy, type BusboyFileStream } from '@fastify/busboy'
+import { AttachStorageError, badRequest, tooLarge } from '../errors.js'
+import type { AttachStorage, ReceivedFile } from '../service/attach-storage.js'
+
+/** What a multipart upload request carried: text fields and the files streamed into the temporary area. */
+export interface ReceivedUpload {
+  fields: Record<string, string>
+  /** Files by part name (`file`, `fileMap`, `files`, `upload`, ...), in request order. */
+  files: Array<{ field: string; file: ReceivedFile }>
+}
+
+/** Counts request bytes and fails with 413 past the limit. */
+class ByteLimit extends Transform {
+  #seen = 0
+  constructor(readonly limit: number) {
+    super()
+  }
+  override _transform(chunk: Buffer, _e: BufferEncoding, cb: TransformCallback): void {
+    this.#seen += chunk.length
+    if (this.#seen > this.limit) cb(tooLarge(`The request is larger than the limit of ${this.limit} bytes`))
+    else cb(null, chunk)
+  }
+}
+
+const FIELD_LIMIT = 1024 * 1024
+
+/**
+ * Streams a `multipart/form-data` request: every file part goes straight into the temporary area
+ * through {@link AttachStorage.receiveFile} (never buffered whole), text parts are collected. A body over
+ * the limits answers 413, a malformed one 400; either way no received file is left behind.
+ */
+export async function receiveMultipart(
+  request: Request,
+  storage: AttachStorage,
+  options: { fileFields: readonly string[] },
+): Promise<ReceivedUpload> {
+  const contentType = request.headers.get('content-type') ?? ''
+  if (!/^multipart\/form-data\s*;/i.test(contentType) || !/boundary=/i.test(contentType)) {
+    throw badRequest('The request must be multipart/form-data', 'no-file')
+  }
+  const { maxFileSize, maxFiles } = storage.config.upload
+  const maxRequest = storage.config.upload.maxRequestSize ?? maxFileSize * maxFiles + FIELD_LIMIT
+  const declared = Number(request.headers.get('content-length') ?? NaN)
+  if (Number.isFinite(declared) && declared > maxRequest) {
+    throw tooLarge(`The request is larger than the limit of ${maxRequest} bytes`)
+  }
+  if (!request.body) throw badRequest('The request has no body', 'no-file')
+
+  const fields: Record<string, string> = {}
+  // One slot per file part, in request order, filled as each file finishes.
+  const slots: Array<{ field: string; file: ReceivedFile } | undefined> = []
+  const pending: Array<Promise<unknown>> = []
+  const abort = new AbortController()
+  const onClientAbort = () => abort.abort(new AttachStorageError('aborted', 'The client went away', { status: 400 }))
+  request.signal?.addEventListener('abort', onClientAbort, { once: true })
+
+  let failure: unknown
+  const fail = (err: unknown) => {
+    failure ??= err
+    if (!abort.signal.aborted) abort.abort(err)
+  }
+
+  let bb: InstanceType<typeof Busboy>
+  try {
+    bb = new Busboy({
+      headers: { 'content-type': contentType },
+      limits: {
+        fileSize: maxFileSize,
+        files: maxFiles,
+        fields: 100,
+        fieldSize: FIELD_LIMIT,
+        parts: maxFiles + 100,
+        headerPairs: 20,
+      },
+    })
+  } catch (err) {
+    throw badRequest(`Malformed multipart request: ${(err as Error).message}`)
+  }
+
+  const body = Readable.fromWeb(request.body as import('node:stream/web').ReadableStream<Uint8Array>)
+  const limit = new ByteLimit(maxRequest)
+
+  const done = new Promise<void>((resolve) => {
+    bb.on('file', (field: string, stream: BusboyFileStream, filename: string) => {
+      // Stream errors also reach busboy's own 'error'; this listener keeps them from going uncaught.
+      stream.on('error', () => {})
+      if (failure || !options.fileFields.includes(field) || !filename) {
+        stream.resume()
+        return
+      }
+      const slot = slots.length
+      slots.push(undefined)
+      pending.push(
+        storage
+          .receiveFile(stream, filename, { maxSize: maxFileSize, signal: abort.signal })
+          .then((file) => {
+            slots[slot] = { field, file }
+          })
+          .catch((err) => {
+            stream.resume()
+            fail(err)
+          }),
+      )
+    })
+    bb.on('field', (name: string, value: string, _nt: boolean, valueTruncated: boolean) => {
+      if (valueTruncated) fail(tooLarge(`Field ${name} is larger than ${FIELD_LIMIT} bytes`))
+      else if (!(name in fields)) fields[name] = value
+    })
+    bb.on('filesLimit', () => fail(tooLarge(`A request may carry at most ${maxFiles} files`)))
+    bb.on('partsLimit', () => fail(tooLarge('The request has too many parts')))
+    bb.on('fieldsLimit', () => fail(badRequest('The request has too many fields')))
+    bb.on('error', (err: Error) => {
+      fail(err instanceof AttachStorageError ? err : badRequest(`Malformed multipart request: ${err.message}`))
+      resolve()
+    })
+    bb.on('finish', () => resolve())
+    limit.on('error', (err) => {
+      fail(err)
+      bb.destroy()
+      resolve()
+    })
+    body.on('error', (err) => {
+      fail(new AttachStorageError('aborted', `The request body failed: ${err.message}`, { status: 400 }))
+      resolve()
+    })
+    abort.signal.addEventListener('abort', () => {
+      body.destroy()
+      resolve()
+    })
+  })
+  body.pipe(limit).pipe(bb)
+  await done
+  await Promise.allSettled(pending)
+  request.signal?.removeEventListener('abort', onClientAbort)
+  const files = slots.filter((f): f is { field: string; file: ReceivedFile } => f !== undefined)
+  // Files that finished before another part failed are in `files`; a failure removes them all.
+  if (failure) {
+    await storage.discardReceived(files.map((f) => f.file))
+    throw failure
+  }
+  return { fields, files }
+}

@@ -1,0 +1,145 @@
+/**
+ * Shared set-up of the handler tests: a service on a real database (SQLite file or PostgreSQL) and a
+ * real local store in a temp directory, the reference domains, and token helpers. Test-only.
+ */
+import { mkdtemp, readdir, rm } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join, relative } from 'node:path'
+import { SignJWT } from 'jose'
+import { openTestDatabase, type TestDialect } from '../../../../test/databases.js'
+import { createAttachStorage, type AttachStorage, type AttachStorageOptions } from '../service/attach-storage.js'
+import { bearerToken, createJwtVerifier } from '../service/auth.js'
+import type { FileDescription, Logger } from '../service/types.js'
+import { createAttachHandler, type AttachHandler } from './handler.js'
+
+export const SECRET = 'test-secret-of-at-least-16-bytes'
+
+export async function token(sub: string, options: { secret?: string; exp?: string | number } = {}): Promise<string> {
+  return new SignJWT({})
+    .setProtectedHeader({ alg: 'HS256' })
+    .setSubject(sub)
+    .setIssuedAt()
+    .setExpirationTime(options.exp ?? '1h')
+    .sign(new TextEncoder().encode(options.secret ?? SECRET))
+}
+
+export interface Kit {
+  storage: AttachStorage
+  handler: AttachHandler
+  dir: string
+  baseDir: string
+  tmpDir: string
+  warnings: string[]
+  /** Every file under a directory, as relative paths. */
+  files(dir?: string): Promise<string[]>
+  call(path: string, init?: RequestInit & { user?: string | null }): Promise<Response>
+  upload(
+    path: string,
+    parts: Array<[string, string | Blob, string?]>,
+    user?: string | null,
+  ): Promise<Response>
+  cleanup(): Promise<void>
+}
+
+export async function makeKit(
+  dialect: TestDialect = 'sqlite',
+  overrides: Partial<AttachStorageOptions> & { config?: Record<string, unknown> } = {},
+): Promise<Kit> {
+  const dir = await mkdtemp(join(tmpdir(), 'attach-kit-'))
+  const baseDir = join(dir, 'files')
+  const tmpDir = join(dir, 'tmp')
+  const t = await openTestDatabase(dialect)
+  const warnings: string[] = []
+  const logger: Logger = {
+    info: () => {},
+    warn: (m: string) => warnings.push(m),
+    error: (m: string) => warnings.push(m),
+  }
+  const verify = createJwtVerifier({ secret: SECRET })
+  const privateAccess = async (request: Request, file: FileDescription) => {
+    const user = await verify(bearerToken(request) ?? new URL(request.url).searchParams.get('access_token') ?? undefined)
+    if (!user) return false
+    return file.id === null || String(file.createdBy) === String(user.id)
+  }
+  const storage = await createAttachStorage({
+    db: t.db,
+    jwt: { secret: SECRET },
+    logger,
+    ...overrides,
+    config: {
+      directory: { baseDir, tmpDir },
+      domains: {
+        demo: { categories: { default: {}, image: { filters: ['image'] }, private: {} } },
+        board: { categories: { default: {}, image: { filters: ['image'] } } },
+      },
+      ...overrides.config,
+    },
+    registrar: async (registry, s) => {
+      registry.registerCategory('demo', 'private', { secureAccess: privateAccess })
+      registry.registerCategory('demo', 'throws', {
+        secureAccess: () => {
+          throw new Error('boom')
+        },
+      })
+      await overrides.registrar?.(registry, s)
+    },
+  })
+  const handler = createAttachHandler(storage)
+  const auth = async (user: string | null | undefined): Promise<Record<string, string>> =>
+    user === null ? {} : { authorization: `Bearer ${await token(user ?? '7')}` }
+  const kit: Kit = {
+    storage,
+    handler,
+    dir,
+    baseDir,
+    tmpDir,
+    warnings,
+    async files(d = baseDir) {
+      const out: string[] = []
+      const walk = async (p: string) => {
+        let entries
+        try {
+          entries = await readdir(p, { withFileTypes: true })
+        } catch {
+          return
+        }
+        for (const e of entries) {
+          if (e.isDirectory()) await walk(join(p, e.name))
+          else out.push(relative(d, join(p, e.name)))
+        }
+      }
+      await walk(d)
+      return out.sort()
+    },
+    async call(path, init = {}) {
+      const { user, ...rest } = init
+      const headers = new Headers(rest.headers)
+      for (const [k, v] of Object.entries(await auth(user))) if (!headers.has(k)) headers.set(k, v)
+      if (typeof rest.body === 'string' && !headers.has('content-type')) headers.set('content-type', 'application/json')
+      return handler.fetch(new Request(`http://x${path}`, { ...rest, headers }))
+    },
+    async upload(path, parts, user) {
+      const fd = new FormData()
+      for (const [k, v, name] of parts) {
+        if (typeof v === 'string') fd.append(k, v)
+        else fd.append(k, v, name ?? 'file.bin')
+      }
+      return handler.fetch(
+        new Request(`http://x${path}`, { method: 'POST', body: fd, headers: await auth(user) }),
+      )
+    },
+    async cleanup() {
+      await storage.close()
+      await t.cleanup()
+      await rm(dir, { recursive: true, force: true })
+    },
+  }
+  return kit
+}
+
+/** A tiny valid PNG of the given size. */
+export async function png(width = 4, height = 3): Promise<Blob> {
+  const sharp = (await import('sharp')).default
+  const buf = await sharp({ create: { width, height, channels: 3, background: { r: 200, g: 10, b: 10 } } }).png().toBuffer()
+  return new Blob([new Uint8Array(buf)], { type: 'image/png' })
+}

@@ -1,0 +1,57 @@
+/** A user id as the authentication layer gives it (the JWT `sub`); decimal strings become numbers. */
+export type UserId = number | string
+
+/**
+ * One attachment record: a stored file bound to a reference (`refDomain`, `refKey`, `refCategory`).
+ * Every date-time is ISO-8601 in UTC with a trailing `Z`.
+ */
+export interface AttachmentRecord {
+  id: number
+  refDomain: string
+  refKey: string
+  refCategory: string
+  /** Original file name; the name a download is saved under. */
+  displayName: string
+  /** Generated stored name (`{uuid}.{ext}`); never changes. */
+  savedName: string
+  /** Stored directory, `/{refDomain}/{yyyy}/{MM}/{refKey}/` (or the direct layout). */
+  savedDir: string
+  /** Media type, derived from the stored bytes. */
+  fileType: string
+  /** Size in bytes, counted from the stored bytes. */
+  fileSize: number
+  /** Free extra information (a description, say). */
+  ext: string | null
+  /** The meta value that the `fmetaValue` lookup filter matches. */
+  fmetaValue: string | null
+  /** Zero-based display order within the reference. */
+  sort: number
+  createdBy: UserId | null
+  createdDt: string
+  /** Hex sha256 of the stored bytes; the strong ETag of views. */
+  sha256: string
+  /** Name of the store that holds the file. */
+  store: string
+  /** The physical file this record points at (several records may share one). */
+  blobId: number
+}
+
+/** What the server adds when it answers a record. */
+export interface AttachmentView extends Omit<AttachmentRecord, 'sha256' | 'store' | 'blobId'> {
+  url: string
+  cdnUrl?: string
+}
+
+/** One physical stored file, possibly shared by several records (the `savedDir` reuse case). */
+export interface BlobRecord {
+  id: number
+  store: string
+  savedDir: string
+  savedName: string
+  fileSize: number
+  fileType: string
+  sha256: string
+  /** Live records pointing at this file; the file goes when it drops to zero. */
+  refCount: number
+  createdDt: string
+}

@@ -1,0 +1,145 @@
+import { AttachStorageError, badRequest, configError } from '../errors.js'
+import type { FilterSpec, SecureAccessFunction } from '../config/schema.js'
+import { BUILT_IN_FILTERS, DEFAULT_REQUEST_FILTERS, type AttachFilter } from '../filters/filters.js'
+
+/** A category as registered: its filter chain (resolved) and its secure-access function. */
+export interface RegisteredCategory {
+  name: string
+  filters: Array<{ filter: AttachFilter; options: Record<string, unknown> }>
+  secureAccess: SecureAccessFunction | undefined
+}
+
+/** A domain as registered. */
+export interface RegisteredDomain {
+  name: string
+  store: string
+  dateField: string
+  categories: Map<string, RegisteredCategory>
+}
+
+/** What a category is registered with. */
+export interface CategoryOptions {
+  filters?: FilterSpec[]
+  secureAccess?: SecureAccessFunction
+}
+
+const NAME = /^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$/
+
+/**
+ * Domains, categories, filters and secure-access functions. Usable only once the service has
+ * initialised its stores (the spec's registrar rule): register from the `registrar` option of
+ * `createAttachStorage()`, or after `await storage.init()`.
+ */
+export class Registry {
+  #ready = false
+  readonly #domains = new Map<string, RegisteredDomain>()
+  readonly #filters = new Map<string, AttachFilter>()
+  readonly #requestFilters = new Set<string>()
+  readonly #storeNames: () => string[]
+
+  constructor(storeNames: () => string[]) {
+    this.#storeNames = storeNames
+    for (const f of BUILT_IN_FILTERS) this.#filters.set(f.name, f)
+    for (const f of DEFAULT_REQUEST_FILTERS) this.#requestFilters.add(f.name)
+  }
+
+  /** @internal Opens the registry; called by the service once its stores are initialised. */
+  markReady(): void {
+    this.#ready = true
+  }
+
+  #assertReady(what: string): void {
+    if (!this.#ready) {
+      throw configError(
+        `Cannot ${what} before the attach storage service has initialised: register from the "registrar" option of createAttachStorage(), or after "await storage.init()"`,
+      )
+    }
+  }
+
+  /**
+   * Registers a filter by name. It may then appear in any category's chain and, as a key of a request's
+   * `filters` object, in any upload request.
+   */
+  registerFilter(filter: AttachFilter): this {
+    this.#assertReady(`register filter "${filter.name}"`)
+    if (!NAME.test(filter.name)) throw configError(`Filter name "${filter.name}" is not a valid name`)
+    this.#filters.set(filter.name, filter)
+    this.#requestFilters.add(filter.name)
+    return this
+  }
+
+  /** Registers (or extends) a domain. Its `default` category is always present. */
+  registerDomain(name: string, options: { store: string; dateField?: string }): RegisteredDomain {
+    this.#assertReady(`register domain "${name}"`)
+    if (!NAME.test(name)) throw configError(`Domain name "${name}" is not a valid name`)
+    const stores = this.#storeNames()
+    if (!stores.includes(options.store)) {
+      throw configError(
+        `Domain "${name}" names store "${options.store}", which is not declared; declared stores: ${stores.join(', ')}`,
+      )
+    }
+    let domain = this.#domains.get(name)
+    if (!domain) {
+      domain = { name, store: options.store, dateField: options.dateField ?? 'createdDt', categories: new Map() }
+      this.#domains.set(name, domain)
+    } else {
+      domain.store = options.store
+      if (options.dateField) domain.dateField = options.dateField
+    }
+    if (!domain.categories.has('default')) domain.categories.set('default', { name: 'default', filters: [], secureAccess: undefined })
+    return domain
+  }
+
+  /** Registers (or replaces) a category of a registered domain. */
+  registerCategory(domainName: string, name: string, options: CategoryOptions = {}): RegisteredCategory {
+    this.#assertReady(`register category "${domainName}.${name}"`)
+    const domain = this.#domains.get(domainName)
+    if (!domain) throw configError(`Cannot register category "${name}": domain "${domainName}" is not registered`)
+    if (!NAME.test(name)) throw configError(`Category name "${name}" is not a valid name`)
+    if (options.secureAccess !== undefined && typeof options.secureAccess !== 'function') {
+      throw configError(`Category "${domainName}.${name}": secureAccess must be a function`)
+    }
+    const filters = (options.filters ?? []).map((spec) => {
+      const { name: filterName, ...opts } = typeof spec === 'string' ? { name: spec } : spec
+      const filter = this.#filters.get(filterName)
+      if (!filter) {
+        throw configError(
+          `Category "${domainName}.${name}" names filter "${filterName}", which is not registered; registered filters: ${[...this.#filters.keys()].join(', ')}`,
+        )
+      }
+      return { filter, options: opts as Record<string, unknown> }
+    })
+    const category: RegisteredCategory = { name, filters, secureAccess: options.secureAccess }
+    domain.categories.set(name, category)
+    return category
+  }
+
+  /** The domain, or a 400 `unknown-domain`. Domains are never created from a request. */
+  domain(name: string): RegisteredDomain {
+    const d = typeof name === 'string' ? this.#domains.get(name) : undefined
+    if (!d) throw badRequest(`Unknown domain "${String(name)}"`, 'unknown-domain')
+    return d
+  }
+
+  /** The category, or a 400 `unknown-category` (or `unknown-domain`). */
+  category(domainName: string, name: string): RegisteredCategory {
+    const c = this.domain(domainName).categories.get(name)
+    if (!c) throw badRequest(`Unknown category "${String(name)}" in domain "${domainName}"`, 'unknown-category')
+    return c
+  }
+
+  /** A filter that a request's `filters` object may name, or undefined (ignored with a warning). */
+  requestFilter(name: string): AttachFilter | undefined {
+    return this.#requestFilters.has(name) ? this.#filters.get(name) : undefined
+  }
+
+  /** Every registered domain. */
+  domains(): RegisteredDomain[] {
+    return [...this.#domains.values()]
+  }
+
+  /** @internal Throws unless ready; for the service's own checks. */
+  assertReady(): void {
+    if (!this.#ready) throw new AttachStorageError('not-ready', 'The attach storage service has not initialised', { status: 503 })
+  }
+}

@@ -1,0 +1,593 @@
+import { randomUUID } from 'node:crypto'
+import { Kysely, PostgresDialect, sql } from 'kysely'
+import pg from 'pg'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { DIALECTS, openTestDatabase, type TestDatabase } from '../../../../test/databases.js'
+import { AttachStorageError, isAttachError } from '../errors.js'
+import { AttachRepository, type NewBlob, type NewRecord } from './attach-repository.js'
+import { BLOB_TABLE, dialectOf, FILE_TABLE, openDatabase } from './database.js'
+import { MIGRATION_TABLE, migrateAttachSchema } from './migrations.js'
+
+const SHA = 'ab'.repeat(32)
+const FIVE_GIB = 5 * 1024 ** 3
+
+let seq = 0
+const unique = (prefix: string) => `${prefix}-${++seq}-${randomUUID().slice(0, 8)}`
+
+function blobInput(over: Partial<NewBlob> = {}): NewBlob {
+  return {
+    store: 'local',
+    savedDir: `/notice/2025/01/${unique('k')}/`,
+    savedName: `${randomUUID()}.pdf`,
+    fileSize: 1234,
+    fileType: 'application/pdf',
+    sha256: SHA,
+    createdDt: new Date().toISOString(),
+    ...over,
+  }
+}
+
+function recInput(over: Partial<NewRecord> = {}): NewRecord {
+  return {
+    refDomain: 'notice',
+    refKey: '1',
+    refCategory: 'default',
+    displayName: 'report.pdf',
+    ext: null,
+    fmetaValue: null,
+    sort: 0,
+    createdBy: 7,
+    createdDt: new Date().toISOString(),
+    ...over,
+  }
+}
+
+for (const dialect of DIALECTS) {
+  describe(dialect, () => {
+    let t: TestDatabase
+    let repo: AttachRepository
+
+    beforeAll(async () => {
+      t = await openTestDatabase(dialect)
+      await migrateAttachSchema(t.db)
+      repo = new AttachRepository(t.db)
+    })
+    afterAll(async () => {
+      await t?.cleanup()
+    })
+
+    /** A live record on a fresh blob. */
+    async function attach(rec: Partial<NewRecord> = {}, blob: Partial<NewBlob> = {}) {
+      const b = await repo.reserveBlob(blobInput(blob))
+      const r = await repo.createRecord(b.id, recInput(rec), { requireLive: false })
+      if (r === null) throw new Error('createRecord answered null on a pending blob')
+      return r
+    }
+
+    it('reports its dialect', () => {
+      expect(dialectOf(t.db)).toBe(dialect)
+      expect(repo.dialect).toBe(dialect)
+    })
+
+    it('migrates idempotently, in its own migration table', async () => {
+      await migrateAttachSchema(t.db)
+      await migrateAttachSchema(t.db)
+      const done = await t.db.selectFrom(MIGRATION_TABLE).select('name').execute()
+      expect(done.map((r) => r.name)).toEqual(['0001_attach_tables'])
+      const tables = (await t.db.introspection.getTables({ withInternalKyselyTables: true })).map((x) => x.name)
+      expect(tables).toEqual(expect.arrayContaining([BLOB_TABLE, FILE_TABLE, 'attach_migration', 'attach_migration_lock']))
+      expect(tables).not.toContain('kysely_migration')
+    })
+
+    it('fails with migration-failed and the cause when the schema cannot be created', async () => {
+      const other = await openTestDatabase(dialect)
+      try {
+        // A foreign table squatting the name makes 0001 fail.
+        await sql`create table attach_blob (x integer)`.execute(other.db)
+        const err = await migrateAttachSchema(other.db).catch((e: unknown) => e)
+        expect(isAttachError(err, 'migration-failed')).toBe(true)
+        expect((err as AttachStorageError).cause).toBeDefined()
+        expect((err as Error).message).toContain('0001_attach_tables')
+      } finally {
+        await other.cleanup()
+      }
+    })
+
+    it('reserves a pending blob and finds it by place and by id', async () => {
+      const input = blobInput()
+      const blob = await repo.reserveBlob(input)
+      expect(blob).toEqual({
+        id: expect.any(Number),
+        store: input.store,
+        savedDir: input.savedDir,
+        savedName: input.savedName,
+        fileSize: input.fileSize,
+        fileType: input.fileType,
+        sha256: SHA,
+        refCount: 0,
+        createdDt: input.createdDt,
+      })
+      expect(await repo.findBlob(input.store, input.savedDir, input.savedName)).toEqual(blob)
+      expect(await repo.findBlobById(blob.id)).toEqual(blob)
+      expect(await repo.findBlob('other', input.savedDir, input.savedName)).toBeNull()
+      expect(await repo.findBlobById(999_999_999)).toBeNull()
+    })
+
+    it('refuses a second blob at the same place', async () => {
+      const input = blobInput()
+      await repo.reserveBlob(input)
+      await expect(repo.reserveBlob({ ...input, sha256: 'cd'.repeat(32) })).rejects.toThrow()
+    })
+
+    it('creates a record copying the file fields from its blob, and counts the reference', async () => {
+      const blob = await repo.reserveBlob(blobInput({ fileSize: 42, fileType: 'image/png', store: 's3' }))
+      const rec = recInput({ refKey: unique('key'), ext: 'cover', fmetaValue: 'main', sort: 3 })
+      const created = await repo.createRecord(blob.id, rec, { requireLive: false })
+      expect(created).toEqual({
+        id: expect.any(Number),
+        refDomain: 'notice',
+        refKey: rec.refKey,
+        refCategory: 'default',
+        displayName: 'report.pdf',
+        savedName: blob.savedName,
+        savedDir: blob.savedDir,
+        fileType: 'image/png',
+        fileSize: 42,
+        ext: 'cover',
+        fmetaValue: 'main',
+        sort: 3,
+        createdBy: 7,
+        createdDt: rec.createdDt,
+        sha256: SHA,
+        store: 's3',
+        blobId: blob.id,
+      })
+      expect(await repo.findById(created!.id)).toEqual(created)
+      expect((await repo.findBlobById(blob.id))?.refCount).toBe(1)
+
+      // The reuse case: a second record on a live blob.
+      const second = await repo.createRecord(blob.id, { ...rec, sort: 4 }, { requireLive: true })
+      expect(second?.blobId).toBe(blob.id)
+      expect((await repo.findBlobById(blob.id))?.refCount).toBe(2)
+    })
+
+    it('answers null for requireLive on a pending or dead blob, and for an unknown blob', async () => {
+      const pending = await repo.reserveBlob(blobInput())
+      expect(await repo.createRecord(pending.id, recInput(), { requireLive: true })).toBeNull()
+      expect((await repo.findBlobById(pending.id))?.refCount).toBe(0)
+
+      const r = await repo.createRecord(pending.id, recInput({ refKey: unique('key') }), { requireLive: false })
+      const { orphanBlobs } = await repo.markDeleted([r!.id])
+      expect(orphanBlobs.map((b) => b.id)).toEqual([pending.id])
+      expect(await repo.createRecord(pending.id, recInput(), { requireLive: true })).toBeNull()
+      expect((await repo.findBlobById(pending.id))?.refCount).toBe(0)
+
+      expect(await repo.createRecord(987_654_321, recInput(), { requireLive: false })).toBeNull()
+    })
+
+    it('finds by ids in id order, leaving out unknown and deleted ids', async () => {
+      const key = unique('key')
+      const a = await attach({ refKey: key })
+      const b = await attach({ refKey: key })
+      const c = await attach({ refKey: key })
+      await repo.markDeleted([b.id])
+      const found = await repo.findByIds([c.id, 999_999_999, a.id, b.id, a.id])
+      expect(found.map((r) => r.id)).toEqual([a.id, c.id])
+      expect(await repo.findByIds([])).toEqual([])
+    })
+
+    it('lists a reference by category, sort, then id', async () => {
+      const key = unique('key')
+      const b2 = await attach({ refKey: key, refCategory: 'b', sort: 2 })
+      const a1 = await attach({ refKey: key, refCategory: 'a', sort: 1 })
+      const b0 = await attach({ refKey: key, refCategory: 'b', sort: 0 })
+      const a0x = await attach({ refKey: key, refCategory: 'a', sort: 0 })
+      const a0y = await attach({ refKey: key, refCategory: 'a', sort: 0 })
+      await attach({ refKey: `${key}x`, refCategory: 'a' })
+      await attach({ refKey: key, refDomain: 'other', refCategory: 'a' })
+
+      const all = await repo.listByReference('notice', key)
+      expect(all.map((r) => r.id)).toEqual([a0x.id, a0y.id, a1.id, b0.id, b2.id])
+      const onlyB = await repo.listByReference('notice', key, 'b')
+      expect(onlyB.map((r) => r.id)).toEqual([b0.id, b2.id])
+      expect(await repo.listByReference('notice', key, 'none')).toEqual([])
+    })
+
+    it('counts only its own reference', async () => {
+      const key = unique('key')
+      await attach({ refKey: key, refCategory: 'img' })
+      await attach({ refKey: key, refCategory: 'img' })
+      const gone = await attach({ refKey: key, refCategory: 'img' })
+      await repo.markDeleted([gone.id])
+      await attach({ refKey: key, refCategory: 'doc' })
+      await attach({ refKey: `${key}-2`, refCategory: 'img' })
+      await attach({ refKey: key, refDomain: 'board', refCategory: 'img' })
+
+      expect(await repo.countByReference('notice', key, 'img')).toBe(2)
+      expect(await repo.countByReference('notice', key, 'doc')).toBe(1)
+      expect(await repo.countByReference('notice', key, 'none')).toBe(0)
+      expect(typeof (await repo.countByReference('notice', key, 'img'))).toBe('number')
+    })
+
+    it('lists several references by key, category, sort, then id', async () => {
+      const k1 = `${unique('m')}-1`
+      const k2 = k1.replace(/-1$/, '-2')
+      const k2b = await attach({ refKey: k2, refCategory: 'b', sort: 0 })
+      const k1a1 = await attach({ refKey: k1, refCategory: 'a', sort: 1 })
+      const k2a = await attach({ refKey: k2, refCategory: 'a', sort: 5 })
+      const k1a0 = await attach({ refKey: k1, refCategory: 'a', sort: 0 })
+      const k1c = await attach({ refKey: k1, refCategory: 'c', sort: 0 })
+      await attach({ refKey: `${k1}-other`, refCategory: 'a' })
+      const deleted = await attach({ refKey: k1, refCategory: 'a', sort: 0 })
+      await repo.markDeleted([deleted.id])
+
+      const all = await repo.listByReferences('notice', [k2, k1, k1])
+      expect(all.map((r) => r.id)).toEqual([k1a0.id, k1a1.id, k1c.id, k2a.id, k2b.id])
+      const someCats = await repo.listByReferences('notice', [k1, k2], ['b', 'a'])
+      expect(someCats.map((r) => r.id)).toEqual([k1a0.id, k1a1.id, k2a.id, k2b.id])
+      expect(await repo.listByReferences('notice', [])).toEqual([])
+      expect(await repo.listByReferences('notice', [k1], [])).toEqual([])
+      expect(await repo.listByReferences('board', [k1, k2])).toEqual([])
+    })
+
+    it('updates sort only within the record’s own reference', async () => {
+      const key = unique('key')
+      const rec = await attach({ refKey: key, refCategory: 'img', sort: 0 })
+      const ref = { refDomain: 'notice', refKey: key, refCategory: 'img' }
+
+      expect(await repo.updateSort(rec.id, { ...ref, refKey: 'someone-else' }, 9)).toBe(false)
+      expect(await repo.updateSort(rec.id, { ...ref, refCategory: 'doc' }, 9)).toBe(false)
+      expect(await repo.updateSort(rec.id, { ...ref, refDomain: 'board' }, 9)).toBe(false)
+      expect((await repo.findById(rec.id))?.sort).toBe(0)
+
+      expect(await repo.updateSort(rec.id, ref, 5)).toBe(true)
+      expect((await repo.findById(rec.id))?.sort).toBe(5)
+      expect(await repo.updateSort(999_999_999, ref, 1)).toBe(false)
+      await expect(repo.updateSort(rec.id, ref, -1)).rejects.toMatchObject({ code: 'bad-request', status: 400 })
+
+      await repo.markDeleted([rec.id])
+      expect(await repo.updateSort(rec.id, ref, 6)).toBe(false)
+    })
+
+    it('updates metadata in one call and never any other column', async () => {
+      const key = unique('key')
+      const a = await attach({ refKey: key, ext: 'old', fmetaValue: 'm' })
+      const b = await attach({ refKey: key, sort: 1 })
+      const gone = await attach({ refKey: key, sort: 2 })
+      await repo.markDeleted([gone.id])
+
+      const hostile = {
+        id: a.id,
+        displayName: 'renamed.pdf',
+        ext: null,
+        fmetaValue: 'x',
+        sort: 4,
+        // None of these may be written.
+        savedName: '../../etc/passwd',
+        savedDir: '/elsewhere/',
+        refKey: 'stolen',
+        refDomain: 'board',
+        fileSize: 1,
+        fileType: 'text/html',
+        sha256: '00'.repeat(32),
+        store: 'evil',
+        blobId: 1,
+        deleted: 1,
+        createdBy: 666,
+        createdDt: '1970-01-01T00:00:00.000Z',
+      }
+      const changed = await repo.updateMetadata([hostile, { id: b.id, ext: 'desc' }, { id: gone.id, sort: 9 }, { id: b.id }])
+      expect(changed).toBe(2)
+
+      expect(await repo.findById(a.id)).toEqual({ ...a, displayName: 'renamed.pdf', ext: null, fmetaValue: 'x', sort: 4 })
+      expect(await repo.findById(b.id)).toEqual({ ...b, ext: 'desc' })
+      expect(await repo.findById(gone.id)).toBeNull()
+      expect(await repo.updateMetadata([])).toBe(0)
+    })
+
+    it('rejects a metadata update with a wrong type without writing anything', async () => {
+      const rec = await attach({ refKey: unique('key') })
+      const bad = [{ id: rec.id, displayName: 'first.pdf' }, { id: rec.id, sort: 'x' as unknown as number }]
+      await expect(repo.updateMetadata(bad)).rejects.toMatchObject({ code: 'bad-request' })
+      expect((await repo.findById(rec.id))?.displayName).toBe('report.pdf')
+    })
+
+    it('counts references: deleting the first of two records keeps the blob, the second orphans it', async () => {
+      const key = unique('key')
+      const blob = await repo.reserveBlob(blobInput())
+      const first = await repo.createRecord(blob.id, recInput({ refKey: key, sort: 0 }), { requireLive: false })
+      const second = await repo.createRecord(blob.id, recInput({ refKey: key, sort: 1 }), { requireLive: true })
+      expect((await repo.findBlobById(blob.id))?.refCount).toBe(2)
+
+      const r1 = await repo.markDeleted([first!.id])
+      expect(r1.deleted).toEqual([first])
+      expect(r1.orphanBlobs).toEqual([])
+      expect((await repo.findBlobById(blob.id))?.refCount).toBe(1)
+      // Still referenced: the deleted row is gone for good.
+      const left1 = await t.db.selectFrom(FILE_TABLE).select('id').where('blob_id', '=', blob.id).execute()
+      expect(left1.map((r) => Number(r.id))).toEqual([second!.id])
+
+      // Deleting again is a no-op, not a second decrement.
+      expect(await repo.markDeleted([first!.id])).toEqual({ deleted: [], orphanBlobs: [] })
+      expect((await repo.findBlobById(blob.id))?.refCount).toBe(1)
+
+      const r2 = await repo.markDeleted([second!.id])
+      expect(r2.deleted).toEqual([second])
+      expect(r2.orphanBlobs).toEqual([{ ...blob, refCount: 0 }])
+      // Orphaned: the row stays, marked deleted, until the blob is purged; it is invisible meanwhile.
+      const left2 = await t.db.selectFrom(FILE_TABLE).select(['id', 'deleted', 'deleted_dt']).where('blob_id', '=', blob.id).execute()
+      expect(left2.map((r) => [Number(r.id), Number(r.deleted)])).toEqual([[second!.id, 1]])
+      expect(left2[0]?.deleted_dt).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/)
+      expect(await repo.findById(second!.id)).toBeNull()
+      expect(await repo.listByReference('notice', key)).toEqual([])
+    })
+
+    it('deletes two records of one blob in one call, decrementing by two', async () => {
+      const key = unique('key')
+      const blob = await repo.reserveBlob(blobInput())
+      const ids: number[] = []
+      for (let i = 0; i < 3; i++) {
+        const r = await repo.createRecord(blob.id, recInput({ refKey: key, sort: i }), { requireLive: i > 0 })
+        ids.push(r!.id)
+      }
+      const other = await attach({ refKey: key, sort: 9 })
+      const res = await repo.markDeleted([ids[0]!, ids[1]!, other.id, 999_999_999])
+      expect(res.deleted.map((r) => r.id)).toEqual([ids[0], ids[1], other.id])
+      expect(res.orphanBlobs.map((b) => b.id)).toEqual([other.blobId])
+      expect((await repo.findBlobById(blob.id))?.refCount).toBe(1)
+      expect((await repo.listByReference('notice', key)).map((r) => r.id)).toEqual([ids[2]])
+      expect(await repo.markDeleted([])).toEqual({ deleted: [], orphanBlobs: [] })
+    })
+
+    it('purges an orphan blob and its deleted rows, but never a referenced blob', async () => {
+      const rec = await attach({ refKey: unique('key') })
+      const { orphanBlobs } = await repo.markDeleted([rec.id])
+      expect(await repo.purgeBlob(orphanBlobs[0]!.id)).toBe(true)
+      expect(await repo.findBlobById(rec.blobId)).toBeNull()
+      const rows = await t.db.selectFrom(FILE_TABLE).select('id').where('blob_id', '=', rec.blobId).execute()
+      expect(rows).toEqual([])
+
+      const live = await attach({ refKey: unique('key') })
+      expect(await repo.purgeBlob(live.blobId)).toBe(false)
+      expect(await repo.findById(live.id)).toEqual(live)
+      expect((await repo.findBlobById(live.blobId))?.refCount).toBe(1)
+
+      const pending = await repo.reserveBlob(blobInput())
+      expect(await repo.purgeBlob(pending.id)).toBe(true)
+      expect(await repo.findBlobById(pending.id)).toBeNull()
+    })
+
+    it('lists dead blobs older than a time: pending and orphaned, never live ones', async () => {
+      const before = new Date(Date.now() - 1000).toISOString()
+      const pending = await repo.reserveBlob(blobInput())
+      const orphan = await attach({ refKey: unique('key') })
+      await repo.markDeleted([orphan.id])
+      const live = await attach({ refKey: unique('key') })
+      const future = new Date(Date.now() + 60_000).toISOString()
+
+      const dead = await repo.listDeadBlobs(future, 10_000)
+      const deadIds = dead.map((b) => b.id)
+      expect(deadIds).toEqual(expect.arrayContaining([pending.id, orphan.blobId]))
+      expect(deadIds).not.toContain(live.blobId)
+      expect(dead.every((b) => b.refCount === 0)).toBe(true)
+
+      expect((await repo.listDeadBlobs(before, 10_000)).map((b) => b.id)).not.toContain(pending.id)
+      expect(await repo.listDeadBlobs(future, 1)).toHaveLength(1)
+      expect(await repo.listDeadBlobs(future, 0)).toEqual([])
+    })
+
+    it('never shows deleted rows', async () => {
+      const key = unique('key')
+      const rec = await attach({ refKey: key, refCategory: 'img' })
+      const shared = await repo.createRecord(rec.blobId, recInput({ refKey: key, refCategory: 'img', sort: 1 }), { requireLive: true })
+      await repo.markDeleted([rec.id, shared!.id])
+      expect(await repo.findById(rec.id)).toBeNull()
+      expect(await repo.findByIds([rec.id, shared!.id])).toEqual([])
+      expect(await repo.listByReference('notice', key)).toEqual([])
+      expect(await repo.listByReference('notice', key, 'img')).toEqual([])
+      expect(await repo.listByReferences('notice', [key])).toEqual([])
+      expect(await repo.countByReference('notice', key, 'img')).toBe(0)
+    })
+
+    it('maps createdBy: decimal strings become numbers, other strings stay, null stays', async () => {
+      const key = unique('key')
+      const cases: Array<[NewRecord['createdBy'], unknown]> = [
+        [42, 42],
+        ['42', 42],
+        [9_007_199_254_740_991, 9_007_199_254_740_991],
+        ['alice@example.com', 'alice@example.com'],
+        ['3f2b8c1e-uuid-sub', '3f2b8c1e-uuid-sub'],
+        ['007', '007'],
+        ['99999999999999999999', '99999999999999999999'],
+        [null, null],
+      ]
+      for (const [i, [input, expected]] of cases.entries()) {
+        const r = await attach({ refKey: key, createdBy: input, sort: i })
+        expect(r.createdBy).toEqual(expected)
+        expect((await repo.findById(r.id))?.createdBy).toEqual(expected)
+      }
+    })
+
+    it('keeps sizes above 2^32 exact (5 GiB) and ids as numbers', async () => {
+      const rec = await attach({ refKey: unique('key') }, { fileSize: FIVE_GIB })
+      expect(rec.fileSize).toBe(FIVE_GIB)
+      const again = await repo.findById(rec.id)
+      expect(again?.fileSize).toBe(FIVE_GIB)
+      expect(typeof again?.id).toBe('number')
+      expect(typeof again?.blobId).toBe('number')
+      expect(typeof again?.sort).toBe('number')
+      const blob = await repo.findBlobById(rec.blobId)
+      expect(blob?.fileSize).toBe(FIVE_GIB)
+      expect(typeof blob?.refCount).toBe('number')
+      await expect(repo.reserveBlob(blobInput({ fileSize: -1 }))).rejects.toMatchObject({ code: 'bad-request' })
+    })
+
+    it('answers numbers over a host’s own Kysely without bigint parsing', async () => {
+      const rec = await attach({ refKey: unique('key') }, { fileSize: FIVE_GIB })
+      // A host's Kysely: on PostgreSQL a plain pg Pool answers bigint columns and count(*) as strings.
+      const hostDb =
+        dialect === 'postgres'
+          ? new Kysely<any>({ dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: t.location }) }) })
+          : await openDatabase({ type: 'sqlite', file: t.location })
+      const hostRepo = new AttachRepository(hostDb)
+      try {
+        expect(await hostRepo.findById(rec.id)).toEqual(rec)
+        expect(await hostRepo.findBlobById(rec.blobId)).toMatchObject({ id: rec.blobId, fileSize: FIVE_GIB, refCount: 1 })
+        expect(await hostRepo.countByReference('notice', rec.refKey, 'default')).toBe(1)
+      } finally {
+        await hostRepo.close()
+      }
+    })
+
+    it('round-trips unicode names', async () => {
+      const key = unique('키')
+      const names = ['보고서 최종본 (2025).pdf', 'ñandú – ë.txt', '😀 emoji 𝄞.png', '日本語ファイル.docx', 'a\u0301-combining.txt']
+      for (const [sort, displayName] of names.entries()) {
+        await attach({ refKey: key, displayName, sort, ext: `설명 ${sort}` })
+      }
+      const listed = await repo.listByReference('notice', key)
+      expect(listed.map((r) => r.displayName)).toEqual(names)
+      expect(listed.map((r) => r.ext)).toEqual(names.map((_, i) => `설명 ${i}`))
+      expect(listed.every((r) => r.refKey === key)).toBe(true)
+    })
+
+    it('stores SQL-looking strings literally', async () => {
+      const evil = "x'); DROP TABLE attach_file; --"
+      const key = `${unique('k')} ' OR '1'='1`
+      const rec = await attach({ refKey: key, displayName: evil, ext: "'; DELETE FROM attach_blob; --", fmetaValue: '%_\\' })
+      expect(await repo.findById(rec.id)).toEqual(rec)
+      expect(rec.displayName).toBe(evil)
+      expect(await repo.countByReference('notice', key, 'default')).toBe(1)
+      expect(await repo.countByReference('notice', "' OR '1'='1", 'default')).toBe(0)
+      expect((await repo.listByReferences('notice', [key])).map((r) => r.id)).toEqual([rec.id])
+      const sorted = await repo.updateMetadata([{ id: rec.id, displayName: "'; UPDATE attach_file SET deleted = 1; --" }])
+      expect(sorted).toBe(1)
+      expect((await repo.findById(rec.id))?.displayName).toBe("'; UPDATE attach_file SET deleted = 1; --")
+    })
+
+    it('never leaves a record on a dead blob when reuse races the last delete', async () => {
+      for (let i = 0; i < 30; i++) {
+        const key = unique('race')
+        const last = await attach({ refKey: key })
+        // Alternate which statement starts first, so both outcomes are exercised.
+        const reuse = () => repo.createRecord(last.blobId, recInput({ refKey: key, sort: 1 }), { requireLive: true })
+        const remove = () => repo.markDeleted([last.id])
+        const [reused, deletion] =
+          i % 2 === 0
+            ? await Promise.all([reuse(), remove()])
+            : await Promise.all([remove(), reuse()]).then(([d, r]) => [r, d] as const)
+        const blob = await repo.findBlobById(last.blobId)
+        const liveOnBlob = await t.db
+          .selectFrom(FILE_TABLE)
+          .select('id')
+          .where('blob_id', '=', last.blobId)
+          .where('deleted', '=', 0)
+          .execute()
+        expect(deletion.deleted.map((r) => r.id)).toEqual([last.id])
+        if (reused === null) {
+          // The delete won: the blob is an orphan with nothing live on it.
+          expect(deletion.orphanBlobs.map((b) => b.id)).toEqual([last.blobId])
+          expect(blob?.refCount).toBe(0)
+          expect(liveOnBlob).toEqual([])
+        } else {
+          // The reuse won: the blob stays referenced by the new record only.
+          expect(deletion.orphanBlobs).toEqual([])
+          expect(blob?.refCount).toBe(1)
+          expect(liveOnBlob.map((r) => Number(r.id))).toEqual([reused.id])
+        }
+      }
+    })
+
+    it('re-checks the blob after waiting for a concurrent delete or reuse to commit', async () => {
+      if (dialect === 'sqlite') {
+        // One connection serializes every transaction: the sequential outcomes are the whole story.
+        const rec = await attach({ refKey: unique('key') })
+        await repo.markDeleted([rec.id])
+        expect(await repo.createRecord(rec.blobId, recInput(), { requireLive: true })).toBeNull()
+        return
+      }
+      const other = new pg.Client({ connectionString: t.location })
+      await other.connect()
+      const waitForLockWait = async () => {
+        for (let i = 0; i < 200; i++) {
+          const { rows } = await other.query(
+            `select count(*)::int as n from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'`,
+          )
+          if (rows[0].n > 0) return
+          await new Promise((r) => setTimeout(r, 25))
+        }
+        throw new Error('the repository call never waited for the lock')
+      }
+      try {
+        // Another transaction deletes the last record; reuse waits on the blob row, then sees 0.
+        const a = await attach({ refKey: unique('key') })
+        await other.query('begin')
+        await other.query('update attach_file set deleted = 1 where id = $1', [a.id])
+        await other.query('update attach_blob set ref_count = ref_count - 1 where id = $1', [a.blobId])
+        const reuse = repo.createRecord(a.blobId, recInput(), { requireLive: true })
+        await waitForLockWait()
+        await other.query('commit')
+        expect(await reuse).toBeNull()
+        expect((await repo.findBlobById(a.blobId))?.refCount).toBe(0)
+
+        // Another transaction reuses the blob; the delete waits, then sees the new reference.
+        const b = await attach({ refKey: unique('key') })
+        await other.query('begin')
+        await other.query('update attach_blob set ref_count = ref_count + 1 where id = $1 and ref_count > 0', [b.blobId])
+        const deletion = repo.markDeleted([b.id])
+        await waitForLockWait()
+        await other.query('commit')
+        const result = await deletion
+        expect(result.deleted.map((r) => r.id)).toEqual([b.id])
+        expect(result.orphanBlobs).toEqual([])
+        expect((await repo.findBlobById(b.blobId))?.refCount).toBe(1)
+      } finally {
+        await other.query('rollback').catch(() => {})
+        await other.end()
+      }
+    })
+  })
+}
+
+describe('openDatabase', () => {
+  it('creates the SQLite directory and sets its pragmas', async () => {
+    const { mkdtemp, rm } = await import('node:fs/promises')
+    const { tmpdir } = await import('node:os')
+    const { join } = await import('node:path')
+    const dir = await mkdtemp(join(tmpdir(), 'attach-open-'))
+    const db = await openDatabase({ type: 'sqlite', file: join(dir, 'nested', 'deeper', 'a.db') })
+    try {
+      const pragma = async (name: string) => Object.values((await sql.raw(`pragma ${name}`).execute(db)).rows[0] as object)[0]
+      expect(await pragma('journal_mode')).toBe('wal')
+      expect(await pragma('synchronous')).toBe(1)
+      expect(await pragma('busy_timeout')).toBe(5000)
+      expect(await pragma('foreign_keys')).toBe(1)
+      expect(dialectOf(db)).toBe('sqlite')
+    } finally {
+      await db.destroy()
+      await rm(dir, { recursive: true, force: true })
+    }
+  })
+
+  it('names the mysql2 package when MySQL is configured without it', async () => {
+    const specifier = 'mysql2'
+    const hasMysql2 = await import(specifier).then(
+      () => true,
+      () => false,
+    )
+    if (hasMysql2) {
+      const db = await openDatabase({ type: 'mysql', url: 'mysql://root@127.0.0.1:1/none' })
+      expect(dialectOf(db)).toBe('mysql')
+      await db.destroy()
+    } else {
+      const err = await openDatabase({ type: 'mysql', url: 'mysql://root@127.0.0.1/none' }).catch((e: unknown) => e)
+      expect(err).toBeInstanceOf(AttachStorageError)
+      expect(err).toMatchObject({ code: 'config-invalid' })
+      expect((err as Error).message).toContain('npm install mysql2')
+    }
+  })
+
+  it('refuses an unknown database type', async () => {
+    await expect(openDatabase({ type: 'oracle' } as never)).rejects.toMatchObject({ code: 'config-invalid' })
+  })
+})

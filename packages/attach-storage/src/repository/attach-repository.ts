@@ -1,0 +1,482 @@
+import { type Kysely, type Selectable, type Transaction, sql } from 'kysely'
+import { badRequest } from '../errors.js'
+import type { AttachmentRecord, BlobRecord, UserId } from '../model.js'
+import {
+  type AttachBlobTable,
+  type AttachDatabase,
+  type AttachFileTable,
+  BLOB_TABLE,
+  type DbInteger,
+  type DialectName,
+  dialectOf,
+  FILE_TABLE,
+} from './database.js'
+
+type Db = Kysely<AttachDatabase>
+type Trx = Transaction<AttachDatabase>
+type FileRow = Selectable<AttachFileTable>
+type BlobRow = Selectable<AttachBlobTable>
+
+/** A physical file about to be written (see {@link AttachRepository.reserveBlob}). */
+export interface NewBlob {
+  store: string
+  savedDir: string
+  savedName: string
+  fileSize: number
+  fileType: string
+  sha256: string
+  createdDt: string
+}
+
+/** The record-specific part of a new attachment record; the file part is copied from its blob. */
+export interface NewRecord {
+  refDomain: string
+  refKey: string
+  refCategory: string
+  displayName: string
+  ext: string | null
+  fmetaValue: string | null
+  sort: number
+  createdBy: UserId | null
+  createdDt: string
+}
+
+/** The reference a record is bound to. */
+export interface RecordReference {
+  refDomain: string
+  refKey: string
+  refCategory: string
+}
+
+/** The only columns {@link AttachRepository.updateMetadata} can write. */
+export interface MetadataUpdate {
+  id: number
+  displayName?: string
+  ext?: string | null
+  fmetaValue?: string | null
+  sort?: number
+}
+
+/** Records marked deleted, and the blobs nobody references any more (their files are to be deleted). */
+export interface MarkDeletedResult {
+  deleted: AttachmentRecord[]
+  orphanBlobs: BlobRecord[]
+}
+
+/** Largest number of bound values put in one `IN (...)` list. */
+const IN_CHUNK = 500
+const INT32_MAX = 2_147_483_647
+
+/**
+ * The attachment records and the blobs (physical files) they point at, over a Kysely instance of SQLite,
+ * PostgreSQL or MySQL. Rows marked deleted are never returned by the find/list/count methods.
+ *
+ * Reference counting: a blob's `ref_count` is the number of live records pointing at it. A blob at 0 is
+ * either pending (reserved, file being written, not attached yet) or an orphan whose file must be
+ * deleted; {@link listDeadBlobs} finds both once they are old enough, {@link purgeBlob} removes the rows.
+ */
+export class AttachRepository {
+  readonly #db: Db
+  readonly #dialect: DialectName
+
+  constructor(db: Kysely<any>) {
+    this.#db = db as Db
+    this.#dialect = dialectOf(db)
+  }
+
+  /** The dialect of the underlying database. */
+  get dialect(): DialectName {
+    return this.#dialect
+  }
+
+  /** Inserts a pending blob (`ref_count` 0): its file is being written and no record uses it yet. */
+  async reserveBlob(blob: NewBlob): Promise<BlobRecord> {
+    assertSize(blob.fileSize)
+    const values = {
+      store: blob.store,
+      saved_dir: blob.savedDir,
+      saved_name: blob.savedName,
+      file_size: blob.fileSize,
+      file_type: blob.fileType,
+      sha256: blob.sha256,
+      ref_count: 0,
+      created_dt: blob.createdDt,
+      updated_dt: new Date().toISOString(),
+    }
+    return this.#db.transaction().execute(async (trx) => {
+      if (this.#dialect === 'mysql') {
+        const result = await trx.insertInto(BLOB_TABLE).values(values).executeTakeFirstOrThrow()
+        return mapBlob(await selectBlob(trx, Number(result.insertId)))
+      }
+      return mapBlob(await trx.insertInto(BLOB_TABLE).values(values).returningAll().executeTakeFirstOrThrow())
+    })
+  }
+
+  /**
+   * Binds a new record to blob `blobId` and counts the reference, in one transaction. With
+   * `requireLive`, only a blob still referenced by a live record is accepted (the reuse case: a blob at
+   * 0 is being deleted); without it, a pending blob is accepted too. Answers null when the blob is gone.
+   */
+  async createRecord(blobId: number, rec: NewRecord, opts: { requireLive: boolean }): Promise<AttachmentRecord | null> {
+    assertId(blobId, 'blobId')
+    assertSort(rec.sort)
+    const createdBy = rec.createdBy === null || rec.createdBy === undefined ? null : String(rec.createdBy)
+    return this.#db.transaction().execute(async (trx) => {
+      let claim = trx
+        .updateTable(BLOB_TABLE)
+        .set({ ref_count: sql<number>`ref_count + 1`, updated_dt: new Date().toISOString() })
+        .where('id', '=', blobId)
+      if (opts.requireLive) claim = claim.where('ref_count', '>', 0)
+      const claimed = await claim.executeTakeFirst()
+      if (Number(claimed.numUpdatedRows) === 0) return null
+
+      const blob = await selectBlob(trx, blobId)
+      const values = {
+        ref_domain: rec.refDomain,
+        ref_key: rec.refKey,
+        ref_category: rec.refCategory,
+        display_name: rec.displayName,
+        saved_name: blob.saved_name,
+        saved_dir: blob.saved_dir,
+        file_type: blob.file_type,
+        file_size: toNumber(blob.file_size),
+        ext: rec.ext ?? null,
+        fmeta_value: rec.fmetaValue ?? null,
+        sort: rec.sort,
+        created_by: createdBy,
+        created_dt: rec.createdDt,
+        deleted: 0,
+        deleted_dt: null,
+        sha256: blob.sha256,
+        store: blob.store,
+        blob_id: blobId,
+      }
+      if (this.#dialect === 'mysql') {
+        const result = await trx.insertInto(FILE_TABLE).values(values).executeTakeFirstOrThrow()
+        const row = await trx
+          .selectFrom(FILE_TABLE)
+          .selectAll()
+          .where('id', '=', Number(result.insertId))
+          .executeTakeFirstOrThrow()
+        return mapRecord(row)
+      }
+      return mapRecord(await trx.insertInto(FILE_TABLE).values(values).returningAll().executeTakeFirstOrThrow())
+    })
+  }
+
+  /** The blob stored at that place, whatever its reference count. */
+  async findBlob(store: string, savedDir: string, savedName: string): Promise<BlobRecord | null> {
+    const row = await this.#db
+      .selectFrom(BLOB_TABLE)
+      .selectAll()
+      .where('store', '=', store)
+      .where('saved_dir', '=', savedDir)
+      .where('saved_name', '=', savedName)
+      .executeTakeFirst()
+    return row ? mapBlob(row) : null
+  }
+
+  async findBlobById(id: number): Promise<BlobRecord | null> {
+    if (!isId(id)) return null
+    const row = await this.#db.selectFrom(BLOB_TABLE).selectAll().where('id', '=', id).executeTakeFirst()
+    return row ? mapBlob(row) : null
+  }
+
+  /** A live record by id. */
+  async findById(id: number): Promise<AttachmentRecord | null> {
+    if (!isId(id)) return null
+    const row = await this.#db
+      .selectFrom(FILE_TABLE)
+      .selectAll()
+      .where('id', '=', id)
+      .where('deleted', '=', 0)
+      .executeTakeFirst()
+    return row ? mapRecord(row) : null
+  }
+
+  /** The live records among `ids`, ordered by id; unknown and deleted ids are left out. */
+  async findByIds(ids: number[]): Promise<AttachmentRecord[]> {
+    const wanted = [...new Set(ids.filter(isId))]
+    const rows: FileRow[] = []
+    for (const part of chunk(wanted, IN_CHUNK)) {
+      rows.push(
+        ...(await this.#db.selectFrom(FILE_TABLE).selectAll().where('id', 'in', part).where('deleted', '=', 0).execute()),
+      )
+    }
+    return rows.map(mapRecord).sort((a, b) => a.id - b.id)
+  }
+
+  /** The live records of a reference (all categories when `refCategory` is omitted), by category, sort, id. */
+  async listByReference(refDomain: string, refKey: string, refCategory?: string): Promise<AttachmentRecord[]> {
+    let q = this.#db
+      .selectFrom(FILE_TABLE)
+      .selectAll()
+      .where('ref_domain', '=', refDomain)
+      .where('ref_key', '=', refKey)
+      .where('deleted', '=', 0)
+    if (refCategory !== undefined) q = q.where('ref_category', '=', refCategory)
+    const rows = await q.orderBy('ref_category').orderBy('sort').orderBy('id').execute()
+    return rows.map(mapRecord)
+  }
+
+  /** Number of live records of exactly that reference. */
+  async countByReference(refDomain: string, refKey: string, refCategory: string): Promise<number> {
+    const row = await this.#db
+      .selectFrom(FILE_TABLE)
+      .select((eb) => eb.fn.countAll<DbInteger>().as('n'))
+      .where('ref_domain', '=', refDomain)
+      .where('ref_key', '=', refKey)
+      .where('ref_category', '=', refCategory)
+      .where('deleted', '=', 0)
+      .executeTakeFirstOrThrow()
+    return toNumber(row.n)
+  }
+
+  /**
+   * The live records of several keys of one domain, by key, category, sort, id. `refCategories`
+   * omitted means every category; an empty list (like an empty `refKeys`) matches nothing.
+   */
+  async listByReferences(refDomain: string, refKeys: string[], refCategories?: string[]): Promise<AttachmentRecord[]> {
+    const keys = [...new Set(refKeys)]
+    if (keys.length === 0) return []
+    let q = this.#db
+      .selectFrom(FILE_TABLE)
+      .selectAll()
+      .where('ref_domain', '=', refDomain)
+      .where('ref_key', 'in', keys)
+      .where('deleted', '=', 0)
+    if (refCategories !== undefined) {
+      const categories = [...new Set(refCategories)]
+      if (categories.length === 0) return []
+      q = q.where('ref_category', 'in', categories)
+    }
+    const rows = await q.orderBy('ref_key').orderBy('ref_category').orderBy('sort').orderBy('id').execute()
+    return rows.map(mapRecord)
+  }
+
+  /** Sets the `sort` of a live record, only when it belongs to `ref`. True when a row was updated. */
+  async updateSort(id: number, ref: RecordReference, sort: number): Promise<boolean> {
+    assertSort(sort)
+    if (!isId(id)) return false
+    const result = await this.#db
+      .updateTable(FILE_TABLE)
+      .set({ sort })
+      .where('id', '=', id)
+      .where('ref_domain', '=', ref.refDomain)
+      .where('ref_key', '=', ref.refKey)
+      .where('ref_category', '=', ref.refCategory)
+      .where('deleted', '=', 0)
+      .executeTakeFirst()
+    return Number(result.numUpdatedRows) > 0
+  }
+
+  /**
+   * Applies metadata changes to live records in one transaction; answers the number of rows updated.
+   * Only `displayName`, `ext`, `fmetaValue` and `sort` can be written; any other property is ignored.
+   *
+   * @throws AttachStorageError `bad-request` (400) when a value has the wrong type; nothing is written
+   */
+  async updateMetadata(updates: MetadataUpdate[]): Promise<number> {
+    const planned: Array<{ id: number; set: { display_name?: string; ext?: string | null; fmeta_value?: string | null; sort?: number } }> = []
+    for (const u of updates) {
+      if (!isId(u.id)) throw badRequest(`Invalid attachment id ${JSON.stringify(u.id)}`)
+      const set: (typeof planned)[number]['set'] = {}
+      if (u.displayName !== undefined) {
+        if (typeof u.displayName !== 'string' || u.displayName === '') throw badRequest('displayName must be a non-empty string')
+        set.display_name = u.displayName
+      }
+      if (u.ext !== undefined) {
+        if (u.ext !== null && typeof u.ext !== 'string') throw badRequest('ext must be a string or null')
+        set.ext = u.ext
+      }
+      if (u.fmetaValue !== undefined) {
+        if (u.fmetaValue !== null && typeof u.fmetaValue !== 'string') throw badRequest('fmetaValue must be a string or null')
+        set.fmeta_value = u.fmetaValue
+      }
+      if (u.sort !== undefined) {
+        assertSort(u.sort)
+        set.sort = u.sort
+      }
+      if (Object.keys(set).length > 0) planned.push({ id: u.id, set })
+    }
+    if (planned.length === 0) return 0
+    return this.#db.transaction().execute(async (trx) => {
+      let changed = 0
+      for (const { id, set } of planned) {
+        const result = await trx.updateTable(FILE_TABLE).set(set).where('id', '=', id).where('deleted', '=', 0).executeTakeFirst()
+        changed += Number(result.numUpdatedRows)
+      }
+      return changed
+    })
+  }
+
+  /**
+   * Deletes live records, in one transaction: marks them deleted, takes them off their blobs' counts,
+   * hard-deletes those whose blob is still used, and answers the blobs that reached 0. The caller
+   * deletes those blobs' files, then calls {@link purgeBlob} (which removes the remaining rows).
+   */
+  async markDeleted(ids: number[]): Promise<MarkDeletedResult> {
+    const wanted = [...new Set(ids.filter(isId))].sort((a, b) => a - b)
+    if (wanted.length === 0) return { deleted: [], orphanBlobs: [] }
+    return this.#db.transaction().execute(async (trx) => {
+      const now = new Date().toISOString()
+      const live: FileRow[] = []
+      for (const part of chunk(wanted, IN_CHUNK)) {
+        let q = trx.selectFrom(FILE_TABLE).selectAll().where('id', 'in', part).where('deleted', '=', 0).orderBy('id')
+        // Row locks in id order: a concurrent delete of the same rows waits, then sees them deleted.
+        if (this.#dialect !== 'sqlite') q = q.forUpdate()
+        live.push(...(await q.execute()))
+      }
+      if (live.length === 0) return { deleted: [], orphanBlobs: [] }
+
+      const byBlob = new Map<number, number[]>()
+      for (const row of live) {
+        const blobId = toNumber(row.blob_id)
+        const list = byBlob.get(blobId) ?? []
+        list.push(toNumber(row.id))
+        byBlob.set(blobId, list)
+      }
+      for (const part of chunk(live.map((r) => toNumber(r.id)), IN_CHUNK)) {
+        await trx.updateTable(FILE_TABLE).set({ deleted: 1, deleted_dt: now }).where('id', 'in', part).where('deleted', '=', 0).execute()
+      }
+
+      const orphanBlobs: BlobRecord[] = []
+      for (const blobId of [...byBlob.keys()].sort((a, b) => a - b)) {
+        const recordIds = byBlob.get(blobId) ?? []
+        const n = recordIds.length
+        await trx
+          .updateTable(BLOB_TABLE)
+          .set({ ref_count: sql<number>`case when ref_count > ${n} then ref_count - ${n} else 0 end`, updated_dt: now })
+          .where('id', '=', blobId)
+          .execute()
+        const blob = await trx.selectFrom(BLOB_TABLE).selectAll().where('id', '=', blobId).executeTakeFirst()
+        if (blob !== undefined && toNumber(blob.ref_count) <= 0) {
+          orphanBlobs.push(mapBlob(blob))
+        } else {
+          // The file stays for the other records: nothing waits on these rows any more.
+          for (const part of chunk(recordIds, IN_CHUNK)) {
+            await trx.deleteFrom(FILE_TABLE).where('id', 'in', part).execute()
+          }
+        }
+      }
+      return { deleted: live.map(mapRecord), orphanBlobs }
+    })
+  }
+
+  /**
+   * Removes a dead blob's rows once its file is gone: the deleted records pointing at it, then the blob
+   * itself when still unreferenced. True when the blob row was removed.
+   */
+  async purgeBlob(blobId: number): Promise<boolean> {
+    if (!isId(blobId)) return false
+    return this.#db.transaction().execute(async (trx) => {
+      await trx.deleteFrom(FILE_TABLE).where('blob_id', '=', blobId).where('deleted', '=', 1).execute()
+      const result = await trx.deleteFrom(BLOB_TABLE).where('id', '=', blobId).where('ref_count', '<=', 0).executeTakeFirst()
+      return Number(result.numDeletedRows) > 0
+    })
+  }
+
+  /**
+   * Blobs at `ref_count` 0 not touched since `olderThan` (ISO-8601 UTC): pending blobs never attached,
+   * and orphans whose file deletion failed. Oldest first.
+   */
+  async listDeadBlobs(olderThan: string, limit: number): Promise<BlobRecord[]> {
+    if (!Number.isSafeInteger(limit) || limit <= 0) return []
+    const rows = await this.#db
+      .selectFrom(BLOB_TABLE)
+      .selectAll()
+      .where('ref_count', '<=', 0)
+      .where('updated_dt', '<', olderThan)
+      .orderBy('updated_dt')
+      .orderBy('id')
+      .limit(limit)
+      .execute()
+    return rows.map(mapBlob)
+  }
+
+  /** Closes the database (`db.destroy()`). */
+  async close(): Promise<void> {
+    await this.#db.destroy()
+  }
+}
+
+async function selectBlob(trx: Trx, id: number): Promise<BlobRow> {
+  return trx.selectFrom(BLOB_TABLE).selectAll().where('id', '=', id).executeTakeFirstOrThrow()
+}
+
+function toNumber(value: DbInteger): number {
+  return typeof value === 'number' ? value : Number(value)
+}
+
+/** `createdBy` is stored as text; a canonical decimal integer (what `String(n)` gives) comes back as a number. */
+function mapCreatedBy(value: string | null): UserId | null {
+  if (value === null || value === undefined) return null
+  if (/^-?(0|[1-9]\d*)$/.test(value)) {
+    const n = Number(value)
+    if (Number.isSafeInteger(n)) return n
+  }
+  return value
+}
+
+function mapRecord(r: FileRow): AttachmentRecord {
+  return {
+    id: toNumber(r.id),
+    refDomain: r.ref_domain,
+    refKey: r.ref_key,
+    refCategory: r.ref_category,
+    displayName: r.display_name,
+    savedName: r.saved_name,
+    savedDir: r.saved_dir,
+    fileType: r.file_type,
+    fileSize: toNumber(r.file_size),
+    ext: r.ext ?? null,
+    fmetaValue: r.fmeta_value ?? null,
+    sort: toNumber(r.sort),
+    createdBy: mapCreatedBy(r.created_by),
+    createdDt: r.created_dt,
+    // char(64) pads on PostgreSQL; a hex digest never ends in a space.
+    sha256: r.sha256.trimEnd(),
+    store: r.store,
+    blobId: toNumber(r.blob_id),
+  }
+}
+
+function mapBlob(r: BlobRow): BlobRecord {
+  return {
+    id: toNumber(r.id),
+    store: r.store,
+    savedDir: r.saved_dir,
+    savedName: r.saved_name,
+    fileSize: toNumber(r.file_size),
+    fileType: r.file_type,
+    sha256: r.sha256.trimEnd(),
+    refCount: toNumber(r.ref_count),
+    createdDt: r.created_dt,
+  }
+}
+
+function isId(id: unknown): id is number {
+  return typeof id === 'number' && Number.isSafeInteger(id) && id > 0
+}
+
+function assertId(id: unknown, name: string): asserts id is number {
+  if (!isId(id)) throw badRequest(`${name} must be a positive integer`)
+}
+
+function assertSort(sort: unknown): asserts sort is number {
+  if (typeof sort !== 'number' || !Number.isSafeInteger(sort) || sort < 0 || sort > INT32_MAX) {
+    throw badRequest('sort must be an integer from 0')
+  }
+}
+
+function assertSize(size: unknown): asserts size is number {
+  if (typeof size !== 'number' || !Number.isSafeInteger(size) || size < 0) {
+    throw badRequest('fileSize must be a non-negative integer')
+  }
+}
+
+function chunk<T>(items: T[], size: number): T[][] {
+  const parts: T[][] = []
+  for (let i = 0; i < items.length; i += size) parts.push(items.slice(i, i + size))
+  return parts
+}

@@ -1,0 +1,184 @@
+import { mkdirSync } from 'node:fs'
+import { dirname, resolve } from 'node:path'
+import Database from 'better-sqlite3'
+import {
+  type ColumnType,
+  Kysely,
+  MysqlAdapter,
+  MysqlDialect,
+  PostgresAdapter,
+  PostgresDialect,
+  SqliteAdapter,
+  SqliteDialect,
+} from 'kysely'
+import pg from 'pg'
+import { AttachStorageError } from '../errors.js'
+
+/** Name of the table of physical files (one row per stored file, shared by several records). */
+export const BLOB_TABLE = 'attach_blob'
+/** Name of the table of attachment records. */
+export const FILE_TABLE = 'attach_file'
+
+/**
+ * How an integer column comes back from a driver: a number (better-sqlite3, `pg` with the parser that
+ * {@link openDatabase} installs, mysql2), a decimal string (`pg` bigint without that parser) or a bigint.
+ * The repository turns every one of them into a number.
+ */
+export type DbInteger = number | string | bigint
+
+/** Kysely typing of `attach_blob`. */
+export interface AttachBlobTable {
+  id: ColumnType<DbInteger, never, never>
+  store: string
+  saved_dir: string
+  saved_name: string
+  file_size: ColumnType<DbInteger, number, number>
+  file_type: string
+  sha256: string
+  ref_count: ColumnType<DbInteger, number | undefined, number>
+  /** ISO-8601 UTC with milliseconds and `Z` (24 characters). */
+  created_dt: string
+  updated_dt: string
+}
+
+/** Kysely typing of `attach_file`, the attachment record. */
+export interface AttachFileTable {
+  id: ColumnType<DbInteger, never, never>
+  ref_domain: string
+  ref_key: string
+  ref_category: string
+  display_name: string
+  saved_name: string
+  saved_dir: string
+  file_type: string
+  file_size: ColumnType<DbInteger, number, number>
+  ext: string | null
+  fmeta_value: string | null
+  sort: ColumnType<DbInteger, number, number>
+  /** The user id as text; a decimal string is answered as a number. */
+  created_by: string | null
+  created_dt: string
+  /** 0 = live, 1 = deleted (waiting for its blob to be purged). */
+  deleted: ColumnType<DbInteger, number | undefined, number>
+  deleted_dt: string | null
+  sha256: string
+  store: string
+  blob_id: ColumnType<DbInteger, number, never>
+}
+
+/** The tables attach-storage owns, for `Kysely<AttachDatabase>`. */
+export interface AttachDatabase {
+  [BLOB_TABLE]: AttachBlobTable
+  [FILE_TABLE]: AttachFileTable
+}
+
+/**
+ * Where the attachment records live.
+ *
+ * @example
+ * { type: 'sqlite', file: './data/attach.db' }
+ * { type: 'postgres', url: 'postgres://app@db/app' }
+ */
+export type DatabaseOptions =
+  | { type: 'sqlite'; file: string }
+  | { type: 'postgres'; url: string }
+  | { type: 'mysql'; url: string }
+
+/** The SQL dialects the repository knows. */
+export type DialectName = 'sqlite' | 'postgres' | 'mysql'
+
+const PG_INT8_OID = 20
+
+/** `bigint` as a JS number when it fits exactly, else the decimal string `pg` gives. */
+function parsePgInt8(value: string): number | string {
+  const n = Number(value)
+  return Number.isSafeInteger(n) ? n : value
+}
+
+/**
+ * Opens a Kysely instance for the configured database. The caller owns it (`db.destroy()`).
+ *
+ * - sqlite: better-sqlite3 on `file` (its directory is created), WAL, `synchronous = NORMAL`,
+ *   `busy_timeout = 5000`, foreign keys on.
+ * - postgres: a `pg` Pool; `bigint` columns come back as numbers when they fit.
+ * - mysql: needs the optional `mysql2` package.
+ */
+export async function openDatabase(options: DatabaseOptions): Promise<Kysely<any>> {
+  switch (options.type) {
+    case 'sqlite':
+      return openSqlite(options.file)
+    case 'postgres':
+      return openPostgres(options.url)
+    case 'mysql':
+      return openMysql(options.url)
+    default: {
+      const type = (options as { type?: unknown }).type
+      throw new AttachStorageError('config-invalid', `Unknown database type ${JSON.stringify(type)}; use sqlite, postgres or mysql`)
+    }
+  }
+}
+
+function openSqlite(file: string): Kysely<any> {
+  const inMemory = file === ':memory:' || file === ''
+  let database: Database.Database
+  try {
+    if (!inMemory) mkdirSync(dirname(resolve(file)), { recursive: true })
+    database = new Database(file, { timeout: 5000 })
+  } catch (cause) {
+    throw new AttachStorageError('config-invalid', `Cannot open the SQLite database ${file}`, { cause })
+  }
+  database.pragma('journal_mode = WAL')
+  database.pragma('synchronous = NORMAL')
+  database.pragma('busy_timeout = 5000')
+  database.pragma('foreign_keys = ON')
+  return new Kysely<any>({ dialect: new SqliteDialect({ database }) })
+}
+
+function openPostgres(url: string): Kysely<any> {
+  const pool = new pg.Pool({
+    connectionString: url,
+    types: {
+      getTypeParser: ((oid: number, format?: 'text' | 'binary') =>
+        oid === PG_INT8_OID && format !== 'binary'
+          ? parsePgInt8
+          : pg.types.getTypeParser(oid, format as 'text')) as typeof pg.types.getTypeParser,
+    },
+  })
+  return new Kysely<any>({ dialect: new PostgresDialect({ pool }) })
+}
+
+async function openMysql(url: string): Promise<Kysely<any>> {
+  // A variable specifier keeps TypeScript and bundlers from requiring the optional package.
+  const specifier = 'mysql2'
+  let mysql: any
+  try {
+    const mod: any = await import(specifier)
+    mysql = mod.default ?? mod
+  } catch (cause) {
+    throw new AttachStorageError('config-invalid', 'MySQL support comes with the mysql2 package: npm install mysql2', {
+      status: 500,
+      cause,
+    })
+  }
+  const pool = mysql.createPool({ uri: url, supportBigNumbers: true, bigNumberStrings: false, charset: 'utf8mb4' })
+  return new Kysely<any>({ dialect: new MysqlDialect({ pool }) })
+}
+
+/** Which SQL dialect a Kysely instance speaks, from its adapter (works for a host's own Kysely too). */
+export function dialectOf(db: Kysely<any>): DialectName {
+  const adapter = db.getExecutor().adapter
+  if (adapter instanceof SqliteAdapter) return 'sqlite'
+  if (adapter instanceof PostgresAdapter) return 'postgres'
+  if (adapter instanceof MysqlAdapter) return 'mysql'
+  // A host may hold another copy of kysely: fall back to the class names along the prototype chain.
+  for (let proto = Object.getPrototypeOf(adapter); proto && proto !== Object.prototype; proto = Object.getPrototypeOf(proto)) {
+    const name = (proto.constructor as { name?: string } | undefined)?.name
+    if (name === 'SqliteAdapter') return 'sqlite'
+    if (name === 'PostgresAdapter') return 'postgres'
+    if (name === 'MysqlAdapter') return 'mysql'
+  }
+  throw new AttachStorageError(
+    'config-invalid',
+    `Unsupported Kysely dialect (${adapter.constructor.name}); attach-storage supports SQLite, PostgreSQL and MySQL`,
+  )
+}

@@ -1,0 +1,1088 @@
+import { join } from 'node:path'
+import type { Readable } from 'node:stream'
+import type { Kysely } from 'kysely'
+import { parseAttachConfig, type AttachConfigInput, type AttachConfigParsed } from '../config/schema.js'
+import { AttachStorageError, badRequest, configError, forbidden, notFound } from '../errors.js'
+import type { FileProbe } from '../filters/filters.js'
+import { extensionOf, sniffType } from '../media/sniff.js'
+import type { AttachmentRecord, AttachmentView, BlobRecord } from '../model.js'
+import { Registry, type RegisteredCategory } from '../registry/registry.js'
+import { AttachRepository } from '../repository/attach-repository.js'
+import { openDatabase } from '../repository/database.js'
+import { migrateAttachSchema } from '../repository/migrations.js'
+import type { Store, StoreFactory } from '../stores/store.js'
+import { createJwtAuthenticator, type JwtOptions } from './auth.js'
+import { ingest } from './ingest.js'
+import {
+  checkRefKey,
+  directSavedDir,
+  generateSavedName,
+  parseDirectPath,
+  parseRegularSavedDir,
+  regularSavedDir,
+  SAVED_NAME,
+  storeKey,
+} from './layout.js'
+import { createStores, type StoreSet } from './stores.js'
+import type {
+  AttachBag,
+  AttachBagEntry,
+  Authenticate,
+  AuthUser,
+  FileDescription,
+  Logger,
+  SaveFailure,
+} from './types.js'
+
+/** Options of {@link createAttachStorage}. */
+export interface AttachStorageOptions {
+  /** The `attach` settings tree, kebab-case or camelCase (see docs/configuration.md). */
+  config?: AttachConfigInput | Record<string, unknown>
+  /** A Kysely instance of the host's database; default: one opened from `config.db`. */
+  db?: Kysely<any>
+  /** Ready store instances by name (they count as declared). */
+  stores?: Record<string, Store>
+  /** Factories for store types of the host's own. */
+  storeFactories?: Record<string, StoreFactory>
+  /** Authenticates the JSON group; alternatively give `jwt`. */
+  authenticate?: Authenticate
+  /** Verifies Bearer JWTs on the JSON group (used when `authenticate` is absent). */
+  jwt?: JwtOptions
+  /** Registers domains, categories and filters once the stores are initialised. */
+  registrar?: (registry: Registry, storage: AttachStorage) => void | Promise<void>
+  /** @default console */
+  logger?: Logger
+  /** @internal Loads store packages; tests replace it. */
+  importModule?: (specifier: string) => Promise<unknown>
+  /** @internal The clock; tests replace it. */
+  now?: () => Date
+}
+
+/** A file received from a request into the temporary area, not yet checked by any filter. */
+export interface ReceivedFile {
+  /** The generated stored name (`{uuid}.{ext}`). */
+  name: string
+  displayName: string
+  extension: string
+  size: number
+  sha256: string
+  head: Uint8Array
+}
+
+/** Temporary-upload result item (or its `error` form). */
+export type TemporaryItem =
+  | {
+      name: string
+      displayName: string
+      size: number
+      type: string
+      url: null
+      thumbnailUrl: null
+      deleteUrl: null
+      deleteType: 'DELETE'
+    }
+  | { displayName: string; size: number; error: { code: string; message: string } }
+
+/** Direct-upload result item (or its `error` form). */
+export type DirectItem =
+  | { name: string; savedDir: string; url: string; displayName: string; size: number; type: string }
+  | { displayName: string; size: number; error: { code: string; message: string } }
+
+/** Lookup filters of GET `/attach/...` and of views by reference. */
+export interface LookupFilters {
+  ext?: string
+  extAlt?: string
+  fmetaValue?: string
+}
+
+/** Metadata kept beside a temporary file. */
+interface TmpMeta {
+  name: string
+  displayName: string
+  size: number
+  type: string
+  sha256: string
+  refDomain: string
+  refCategory: string
+  createdBy: string | number | null
+  createdDt: string
+}
+
+/** What the binary group streams. */
+export interface ServeTarget {
+  store: Store
+  key: string
+  displayName: string
+  fileType: string
+  fileSize: number
+  /** Strong validator (the sha256), when known. */
+  etag?: string
+  lastModified?: Date
+  /** `immutable`: the address always names these bytes; `revalidate`: it may name other bytes later. */
+  cache: 'immutable' | 'revalidate'
+  /** A secure-access function guards the file: caches must keep it private. */
+  private: boolean
+}
+
+const TMP_PREFIX = '_tmp/'
+const tmpKey = (name: string) => TMP_PREFIX + name
+const tmpMetaKey = (name: string) => `${TMP_PREFIX}${name}.meta.json`
+const DISPLAY_NAME_MAX = 1024
+
+/** Cleans a client's file name for display: no path, no control characters, bounded length. */
+export function cleanDisplayName(name: unknown, fallback = 'file'): string {
+  const base = (typeof name === 'string' ? name : '').split(/[\\/]/).pop() ?? ''
+  // eslint-disable-next-line no-control-regex
+  const clean = base.replace(/[\u0000-\u001f\u007f]/g, '').trim().slice(0, DISPLAY_NAME_MAX)
+  return clean || fallback
+}
+
+const sameUser = (a: unknown, b: unknown) => a !== null && a !== undefined && b !== null && b !== undefined && String(a) === String(b)
+
+/**
+ * The attachment service: uploads, confirmed saves, lookups, updates, deletes and what the binary group
+ * serves. Create it with {@link createAttachStorage}; mount its handlers with `createAttachHandler()`.
+ */
+export class AttachStorage {
+  readonly config: AttachConfigParsed
+  readonly registry: Registry
+  readonly logger: Logger
+  readonly authenticate: Authenticate | undefined
+  readonly #options: AttachStorageOptions
+  readonly #now: () => Date
+  #stores: StoreSet | undefined
+  #repo: AttachRepository | undefined
+  #ownsDb = false
+  #init: Promise<void> | undefined
+
+  constructor(options: AttachStorageOptions = {}) {
+    this.#options = options
+    this.config = parseAttachConfig(options.config ?? {})
+    this.logger = options.logger ?? console
+    this.#now = options.now ?? (() => new Date())
+    this.registry = new Registry(() => [...(this.#stores?.stores.keys() ?? [])])
+    this.authenticate = options.authenticate ?? (options.jwt ? createJwtAuthenticator(options.jwt) : undefined)
+  }
+
+  /** Initialises stores, database and registry, then runs the registrar. Idempotent. */
+  init(): Promise<void> {
+    this.#init ??= this.#doInit()
+    return this.#init
+  }
+
+  async #doInit(): Promise<void> {
+    const o = this.#options
+    this.#stores = await createStores(this.config, o)
+    let db = o.db
+    if (!db) {
+      const c = this.config.db
+      if (c.type === 'sqlite') db = await openDatabase({ type: 'sqlite', file: c.file ?? join(this.#stores.baseDir, 'attach.db') })
+      else {
+        if (!c.url) throw configError(`attach.db.url is required for db.type ${c.type}`)
+        db = await openDatabase({ type: c.type, url: c.url })
+      }
+      this.#ownsDb = true
+    }
+    await migrateAttachSchema(db)
+    this.#repo = new AttachRepository(db)
+    this.registry.markReady()
+    for (const [name, d] of Object.entries(this.config.domains)) {
+      this.registry.registerDomain(name, { store: d.store ?? this.config.defaultStore, dateField: d.dateField })
+      for (const [cat, c] of Object.entries(d.categories)) {
+        this.registry.registerCategory(name, cat, { filters: c.filters, secureAccess: c.secureAccess })
+      }
+    }
+    await o.registrar?.(this.registry, this)
+  }
+
+  get #s(): StoreSet {
+    if (!this.#stores || !this.#repo) {
+      throw new AttachStorageError('not-ready', 'The attach storage service has not initialised: await storage.init()', {
+        status: 503,
+      })
+    }
+    return this.#stores
+  }
+
+  /** The record repository (after init). */
+  get repository(): AttachRepository {
+    this.#s
+    return this.#repo!
+  }
+
+  /** A declared store by name. */
+  store(name: string): Store {
+    const s = this.#s.stores.get(name)
+    if (!s) throw configError(`Store "${name}" is not declared`)
+    return s
+  }
+
+  /** The store holding temporary files. */
+  get tmpStore(): Store {
+    return this.#s.tmpStore
+  }
+
+  /** Closes the database (when opened by the service) and every store. */
+  async close(): Promise<void> {
+    if (!this.#init) return
+    await this.#init.catch(() => undefined)
+    if (this.#ownsDb) await this.#repo?.close()
+    const closing = new Set<Store>([...(this.#stores?.stores.values() ?? []), ...(this.#stores ? [this.#stores.tmpStore] : [])])
+    await Promise.all([...closing].map((s) => s.close().catch(() => undefined)))
+  }
+
+  // ---------------------------------------------------------------- receiving files
+
+  /**
+   * Streams one uploaded file into the temporary area. Nothing is checked yet; call
+   * {@link completeTemporaryUpload} or {@link completeDirectUpload}, or {@link discardReceived}.
+   */
+  async receiveFile(
+    source: Readable,
+    fileName: string,
+    options: { maxSize?: number; signal?: AbortSignal } = {},
+  ): Promise<ReceivedFile> {
+    const displayName = cleanDisplayName(fileName)
+    const extension = extensionOf(displayName)
+    const name = generateSavedName(extension)
+    const r = await ingest(this.#s.tmpStore, tmpKey(name), source, {
+      maxSize: options.maxSize ?? this.config.upload.maxFileSize,
+      signal: options.signal,
+    })
+    return { name, displayName, extension, ...r }
+  }
+
+  /** Removes received files (after a failed request). */
+  async discardReceived(files: ReceivedFile[]): Promise<void> {
+    await Promise.all(
+      files.flatMap((f) => [this.#s.tmpStore.delete(tmpKey(f.name)), this.#s.tmpStore.delete(tmpMetaKey(f.name))]),
+    ).catch((err) => this.logger.warn('attach-storage: could not remove temporary files', err))
+  }
+
+  #probe(file: ReceivedFile, type: string): FileProbe {
+    return {
+      displayName: file.displayName,
+      extension: file.extension,
+      size: file.size,
+      type,
+      sha256: file.sha256,
+      head: file.head,
+      open: () => this.#s.tmpStore.get(tmpKey(file.name)),
+    }
+  }
+
+  /**
+   * Parses a request's `filters` object: keys of registered request filters act (adding to the
+   * category's chain); others are ignored with a warning.
+   */
+  parseRequestFilters(raw: unknown): Array<{ name: string; options: Record<string, unknown> }> {
+    if (raw === undefined || raw === null || raw === '') return []
+    let obj = raw
+    if (typeof raw === 'string') {
+      try {
+        obj = JSON.parse(raw)
+      } catch {
+        throw badRequest('filters must be a JSON object')
+      }
+    }
+    if (!obj || typeof obj !== 'object' || Array.isArray(obj)) throw badRequest('filters must be a JSON object')
+    const out: Array<{ name: string; options: Record<string, unknown> }> = []
+    for (const [name, options] of Object.entries(obj as Record<string, unknown>)) {
+      if (!this.registry.requestFilter(name)) {
+        this.logger.warn(`attach-storage: request filter "${name}" is not registered; ignored`)
+        continue
+      }
+      if (options === null || typeof options !== 'object' || Array.isArray(options)) {
+        throw badRequest(`filters.${name} must be an object of options`)
+      }
+      out.push({ name, options: options as Record<string, unknown> })
+    }
+    return out
+  }
+
+  async #runFilters(
+    category: RegisteredCategory,
+    requestFilters: Array<{ name: string; options: Record<string, unknown> }>,
+    probe: FileProbe,
+  ): Promise<{ code: string; message: string } | undefined> {
+    const chain = [
+      ...category.filters,
+      ...requestFilters.map((f) => ({ filter: this.registry.requestFilter(f.name)!, options: f.options })),
+    ]
+    for (const { filter, options } of chain) {
+      let verdict
+      try {
+        verdict = await filter.check(probe, options)
+      } catch (err) {
+        this.logger.error(`attach-storage: filter "${filter.name}" failed`, err)
+        verdict = { code: filter.name, message: `${probe.displayName} could not be checked` }
+      }
+      if (verdict) return { code: String(verdict.code), message: String(verdict.message) }
+    }
+    return undefined
+  }
+
+  /**
+   * Step 1 of the two-step upload: runs the filter chain on received files and keeps the accepted ones in
+   * the temporary area. Rejected files are removed and answered with `error`.
+   */
+  async completeTemporaryUpload(
+    files: ReceivedFile[],
+    input: { refDomain: unknown; refCategory?: unknown; filters?: unknown; user: AuthUser | null },
+  ): Promise<TemporaryItem[]> {
+    try {
+      const { category, refDomain, refCategory, requestFilters } = this.#uploadTarget(input)
+      const items: TemporaryItem[] = []
+      for (const f of files) {
+        const type = await sniffType(f.head, f.displayName)
+        const error = await this.#runFilters(category, requestFilters, this.#probe(f, type))
+        if (error) {
+          await this.discardReceived([f])
+          items.push({ displayName: f.displayName, size: f.size, error })
+          continue
+        }
+        const meta: TmpMeta = {
+          name: f.name,
+          displayName: f.displayName,
+          size: f.size,
+          type,
+          sha256: f.sha256,
+          refDomain,
+          refCategory,
+          createdBy: input.user?.id ?? null,
+          createdDt: this.#now().toISOString(),
+        }
+        await this.#s.tmpStore.put(tmpMetaKey(f.name), Buffer.from(JSON.stringify(meta)), { contentType: 'application/json' })
+        items.push({
+          name: f.name,
+          displayName: f.displayName,
+          size: f.size,
+          type,
+          url: null,
+          thumbnailUrl: null,
+          deleteUrl: null,
+          deleteType: 'DELETE',
+        })
+      }
+      return items
+    } catch (err) {
+      await this.discardReceived(files)
+      throw err
+    }
+  }
+
+  #uploadTarget(input: { refDomain: unknown; refCategory?: unknown; filters?: unknown }) {
+    if (typeof input.refDomain !== 'string' || input.refDomain === '') throw badRequest('refDomain is required')
+    const refDomain = input.refDomain
+    const refCategory =
+      input.refCategory === undefined || input.refCategory === '' ? 'default' : String(input.refCategory)
+    const category = this.registry.category(refDomain, refCategory)
+    const requestFilters = this.parseRequestFilters(input.filters)
+    return { domain: this.registry.domain(refDomain), category, refDomain, refCategory, requestFilters }
+  }
+
+  /**
+   * Direct upload: filters, then the file goes straight to its final place
+   * `/{refDomain}/{yyyy}/{MM}/_/{refCategory}/`; no record is made.
+   */
+  async completeDirectUpload(
+    files: ReceivedFile[],
+    input: { refDomain: unknown; refCategory?: unknown; filters?: unknown; user: AuthUser | null },
+  ): Promise<DirectItem[]> {
+    const done: Array<{ store: Store; key: string }> = []
+    try {
+      const { domain, category, refDomain, refCategory, requestFilters } = this.#uploadTarget(input)
+      const store = this.store(domain.store)
+      const savedDir = directSavedDir(refDomain, refCategory, this.#now(), this.config.timeZone)
+      const items: DirectItem[] = []
+      for (const f of files) {
+        const type = await sniffType(f.head, f.displayName)
+        const error = await this.#runFilters(category, requestFilters, this.#probe(f, type))
+        if (error) {
+          await this.discardReceived([f])
+          items.push({ displayName: f.displayName, size: f.size, error })
+          continue
+        }
+        const key = storeKey(savedDir, f.name)
+        await this.#transfer(this.#s.tmpStore, tmpKey(f.name), store, key, type)
+        done.push({ store, key })
+        items.push({
+          name: f.name,
+          savedDir,
+          url: this.#directUrl(domain.store, refDomain, refCategory, savedDir, f.name),
+          displayName: f.displayName,
+          size: f.size,
+          type,
+        })
+      }
+      return items
+    } catch (err) {
+      await this.discardReceived(files)
+      await Promise.all(done.map((d) => d.store.delete(d.key).catch(() => undefined)))
+      throw err
+    }
+  }
+
+  /** Moves a file between stores: a rename on one local file system, else stream copy + delete. */
+  async #transfer(from: Store, fromKey: string, to: Store, toKey: string, contentType?: string): Promise<void> {
+    if (from === to) return to.move(fromKey, toKey)
+    if (from.localPath && to.localPath && from.type === 'local' && to.type === 'local') {
+      const { rename, mkdir } = await import('node:fs/promises')
+      const { dirname } = await import('node:path')
+      const dst = to.localPath(toKey)
+      try {
+        await mkdir(dirname(dst), { recursive: true })
+        await rename(from.localPath(fromKey), dst)
+        return
+      } catch (err) {
+        const code = (err as NodeJS.ErrnoException).code
+        if (code === 'ENOENT') throw notFound(`No stored file ${fromKey}`)
+        if (code !== 'EXDEV') throw err
+      }
+    }
+    const { size } = await from.stat(fromKey)
+    await to.put(toKey, await from.get(fromKey), { contentType, size })
+    await from.delete(fromKey)
+  }
+
+  // ---------------------------------------------------------------- confirmed save
+
+  /**
+   * Confirmed save of an AttachBag for `(refDomain, refKey)`, files placed by `date` (call time by
+   * default). Entries are independent: every failure is collected, the successes stay saved, and a
+   * partial failure throws `attach-save-failure` (500) with `failures`; resending only those completes
+   * the save. Resolves with the reference's records of the bag's categories, in `sort` order.
+   */
+  async commitBag(
+    refDomainIn: unknown,
+    refKeyIn: unknown,
+    bag: unknown,
+    options: { user: AuthUser | null; date?: Date },
+  ): Promise<AttachmentView[]> {
+    this.#s
+    if (typeof refDomainIn !== 'string') throw badRequest('refDomain is required')
+    const domain = this.registry.domain(refDomainIn)
+    const refDomain = domain.name
+    const refKey = checkRefKey(refKeyIn)
+    if (!bag || typeof bag !== 'object' || Array.isArray(bag)) throw badRequest('The AttachBag must be a JSON object')
+    const b = bag as AttachBag
+    if (b.refDomain !== undefined && b.refDomain !== refDomain) {
+      throw badRequest(`The AttachBag's refDomain "${String(b.refDomain)}" differs from "${refDomain}"`)
+    }
+    const categories: Array<[string, unknown[]]> = []
+    for (const [key, value] of Object.entries(b)) {
+      if (key === 'refDomain' || key === '_deleted') continue
+      this.registry.category(refDomain, key)
+      if (!Array.isArray(value)) throw badRequest(`AttachBag.${key} must be an array of file entries`)
+      categories.push([key, value])
+    }
+    const deleted = b._deleted ?? []
+    if (!Array.isArray(deleted)) throw badRequest('AttachBag._deleted must be an array of {id}')
+
+    const date = options.date ?? this.#now()
+    const failures: SaveFailure[] = []
+    const fail = (refCategory: string, index: number, entry: unknown, reason: string) =>
+      failures.push({
+        refCategory,
+        index,
+        displayName:
+          entry && typeof entry === 'object' && typeof (entry as AttachBagEntry).displayName === 'string'
+            ? ((entry as AttachBagEntry).displayName as string)
+            : '',
+        reason,
+      })
+
+    // Deletions first, so that a bag may replace a file in one save.
+    const delIds: number[] = []
+    deleted.forEach((d, index) => {
+      const id = d && typeof d === 'object' ? Number((d as { id?: unknown }).id) : NaN
+      if (!Number.isSafeInteger(id) || id <= 0) fail('_deleted', index, d, 'id must be a positive integer')
+      else delIds.push(id)
+    })
+    if (delIds.length) {
+      const found = await this.#repo!.findByIds(delIds)
+      const mine = new Set(found.filter((r) => r.refDomain === refDomain && r.refKey === refKey).map((r) => r.id))
+      deleted.forEach((d, index) => {
+        const id = Number((d as { id?: unknown })?.id)
+        if (Number.isSafeInteger(id) && id > 0 && !mine.has(id)) {
+          fail('_deleted', index, d, `attachment ${id} does not belong to ${refDomain}/${refKey}`)
+        }
+      })
+      await this.#deleteRecords([...mine])
+    }
+
+    for (const [refCategory, entries] of categories) {
+      for (let index = 0; index < entries.length; index++) {
+        const entry = entries[index]
+        try {
+          await this.#commitEntry(entry, { refDomain, refKey, refCategory, sort: index, date, user: options.user })
+        } catch (err) {
+          const reason = err instanceof AttachStorageError ? err.message : 'the file could not be saved'
+          if (!(err instanceof AttachStorageError) || err.status >= 500) {
+            this.logger.error(`attach-storage: saving ${refDomain}/${refKey}/${refCategory}[${index}] failed`, err)
+          }
+          fail(refCategory, index, entry, reason)
+        }
+      }
+    }
+    if (failures.length) {
+      throw new AttachStorageError(
+        'attach-save-failure',
+        `${failures.length} of the attachments could not be saved; resend only the entries listed in failures`,
+        { status: 500, details: { success: false, failures } },
+      )
+    }
+    const all = await this.#repo!.listByReference(refDomain, refKey)
+    const wanted = new Set(categories.map(([c]) => c))
+    return this.#views(all).filter((v) => wanted.has(v.refCategory))
+  }
+
+  async #commitEntry(
+    entry: unknown,
+    ctx: { refDomain: string; refKey: string; refCategory: string; sort: number; date: Date; user: AuthUser | null },
+  ): Promise<void> {
+    if (!entry || typeof entry !== 'object' || Array.isArray(entry)) throw badRequest('entry must be an object')
+    const e = entry as AttachBagEntry
+    const ext = e.ext === undefined || e.ext === null ? null : String(e.ext).slice(0, 1024)
+    const fmetaValue = e.fmetaValue === undefined || e.fmetaValue === null ? null : String(e.fmetaValue).slice(0, 1024)
+    if (e.id !== undefined && e.id !== null) {
+      const id = Number(e.id)
+      if (!Number.isSafeInteger(id) || id <= 0) throw badRequest('id must be a positive integer')
+      const ok = await this.#repo!.updateSort(id, ctx, ctx.sort)
+      if (!ok) throw badRequest(`attachment ${id} does not belong to ${ctx.refDomain}/${ctx.refKey}/${ctx.refCategory}`)
+      return
+    }
+    if (typeof e.savedName !== 'string' || !SAVED_NAME.test(e.savedName)) {
+      throw badRequest('savedName must be the name a temporary upload answered')
+    }
+    const savedName = e.savedName
+    const domain = this.registry.domain(ctx.refDomain)
+    const category = this.registry.category(ctx.refDomain, ctx.refCategory)
+    const createdDt = this.#now().toISOString()
+    const createdBy = ctx.user?.id ?? null
+
+    if (e.savedDir !== undefined && e.savedDir !== null) {
+      // Reuse of a stored file: a new record, no copy. The caller must be able to see that file.
+      const source = parseRegularSavedDir(e.savedDir)
+      if (!source) throw badRequest('savedDir is not the directory of a saved attachment')
+      const sourceDomain = this.registry.domain(source.refDomain)
+      const blob = await this.#repo!.findBlob(sourceDomain.store, e.savedDir as string, savedName)
+      if (!blob || blob.refCount <= 0) throw notFound(`No saved file ${e.savedDir as string}${savedName}`)
+      const holders = (await this.#repo!.listByReference(source.refDomain, source.refKey)).filter((r) => r.blobId === blob.id)
+      const holder = holders[0]
+      if (!holder) throw notFound(`No saved file ${e.savedDir as string}${savedName}`)
+      if (!(await this.#mayRead(null, holder, ctx.user))) throw forbidden(`The file ${savedName} may not be reused here`)
+      if (sourceDomain.store !== domain.store) throw badRequest('savedDir reuse across stores is not possible')
+      const rec = await this.#repo!.createRecord(
+        blob.id,
+        {
+          refDomain: ctx.refDomain,
+          refKey: ctx.refKey,
+          refCategory: ctx.refCategory,
+          displayName: cleanDisplayName(e.displayName, holder.displayName),
+          ext,
+          fmetaValue,
+          sort: ctx.sort,
+          createdBy,
+          createdDt,
+        },
+        { requireLive: true },
+      )
+      if (!rec) throw notFound(`The saved file ${savedName} was deleted meanwhile`)
+      return
+    }
+
+    const tmp = this.#s.tmpStore
+    const meta = await this.#readTmpMeta(savedName)
+    if (!meta) throw notFound(`${savedName} is not in the temporary area (expired, or saved already)`)
+    if (meta.refDomain !== ctx.refDomain) throw badRequest(`${savedName} was uploaded for another domain`)
+    if (meta.refCategory !== ctx.refCategory) {
+      // The target category's own filters must pass too; a lax category is no way around a strict one.
+      const error = await this.#runFilters(category, [], {
+        displayName: meta.displayName,
+        extension: extensionOf(meta.displayName),
+        size: meta.size,
+        type: meta.type,
+        sha256: meta.sha256,
+        head: await this.#readHead(tmp, tmpKey(savedName)),
+        open: () => tmp.get(tmpKey(savedName)),
+      })
+      if (error) throw badRequest(`${error.code}: ${error.message}`)
+    }
+    const store = this.store(domain.store)
+    const savedDir = regularSavedDir(ctx.refDomain, ctx.refKey, ctx.date, this.config.timeZone)
+    const key = storeKey(savedDir, savedName)
+    const existing = await this.#repo!.findBlob(domain.store, savedDir, savedName)
+    if (existing && existing.refCount > 0) throw badRequest(`${savedName} is saved already`)
+    const blob =
+      existing ??
+      (await this.#repo!.reserveBlob({
+        store: domain.store,
+        savedDir,
+        savedName,
+        fileSize: meta.size,
+        fileType: meta.type,
+        sha256: meta.sha256,
+        createdDt,
+      }))
+    await this.#transfer(tmp, tmpKey(savedName), store, key, meta.type)
+    let rec: AttachmentRecord | null = null
+    try {
+      rec = await this.#repo!.createRecord(
+        blob.id,
+        {
+          refDomain: ctx.refDomain,
+          refKey: ctx.refKey,
+          refCategory: ctx.refCategory,
+          displayName: cleanDisplayName(e.displayName, meta.displayName),
+          ext,
+          fmetaValue,
+          sort: ctx.sort,
+          createdBy,
+          createdDt,
+        },
+        { requireLive: false },
+      )
+    } finally {
+      if (!rec) {
+        // Put the file back so that a retry finds it where the client left it.
+        await this.#transfer(store, key, tmp, tmpKey(savedName), meta.type).catch((err) =>
+          this.logger.error(`attach-storage: could not return ${savedName} to the temporary area`, err),
+        )
+        await this.#repo!.purgeBlob(blob.id).catch(() => undefined)
+      }
+    }
+    await tmp.delete(tmpMetaKey(savedName)).catch(() => undefined)
+  }
+
+  async #readHead(store: Store, key: string): Promise<Uint8Array> {
+    const s = await store.get(key, { start: 0, end: 64 * 1024 - 1 }).catch(() => undefined)
+    if (!s) return new Uint8Array()
+    const chunks: Buffer[] = []
+    for await (const c of s) chunks.push(c as Buffer)
+    return Buffer.concat(chunks)
+  }
+
+  async #readTmpMeta(savedName: string): Promise<TmpMeta | undefined> {
+    const tmp = this.#s.tmpStore
+    let stream: Readable
+    try {
+      stream = await tmp.get(tmpMetaKey(savedName))
+    } catch (err) {
+      if (err instanceof AttachStorageError && err.code === 'not-found') return undefined
+      throw err
+    }
+    const chunks: Buffer[] = []
+    for await (const c of stream) chunks.push(c as Buffer)
+    const meta = JSON.parse(Buffer.concat(chunks).toString('utf8')) as TmpMeta
+    if (!(await tmp.exists(tmpKey(savedName)))) return undefined
+    return meta
+  }
+
+  /**
+   * Commits the `attachContainer` of a host entity save, in-process. Files are placed by the entity's
+   * creation date-time (the domain's `dateField`, default `createdDt`), else by `date`, else now; the
+   * month is taken in `timeZone`. Errors (a partial failure included) reach the caller.
+   *
+   * @example
+   * const post = await db.insertInto('board').values({...}).returningAll().executeTakeFirstOrThrow()
+   * await storage.commitAttachContainer({ refKey: post.id, attachContainer: body.attachContainer, entity: post, user })
+   */
+  async commitAttachContainer(input: {
+    attachContainer: AttachBag | null | undefined
+    refKey: string | number
+    refDomain?: string
+    entity?: Record<string, unknown>
+    date?: Date | string
+    user: AuthUser | null
+  }): Promise<AttachmentView[]> {
+    const bag = input.attachContainer
+    if (bag === null || bag === undefined) return []
+    const refDomain = input.refDomain ?? (bag as AttachBag).refDomain
+    if (typeof refDomain !== 'string') throw badRequest('attachContainer.refDomain is required')
+    const domain = this.registry.domain(refDomain)
+    let raw: unknown = input.date ?? input.entity?.[domain.dateField]
+    if (raw === '' || raw === null) raw = undefined
+    let date: Date | undefined
+    if (raw !== undefined) {
+      date = raw instanceof Date ? raw : new Date(raw as string | number)
+      if (Number.isNaN(date.getTime())) throw badRequest(`The entity's ${domain.dateField} is not a date-time`)
+    }
+    return this.commitBag(refDomain, input.refKey, bag, { user: input.user, date })
+  }
+
+  // ---------------------------------------------------------------- lookups
+
+  #cdnBase(storeName: string): string | undefined {
+    const s = this.#s.settings.get(storeName)?.cdnUrl
+    return typeof s === 'string' && s ? (s.endsWith('/') ? s : s + '/') : this.config.cdnUrl
+  }
+
+  #directUrl(storeName: string, refDomain: string, refCategory: string, savedDir: string, name: string): string {
+    const cdn = this.#cdnBase(storeName)
+    if (cdn) return cdn + storeKey(savedDir, name)
+    const path = encodeURIComponent(savedDir + name)
+    return `${this.config.assetsPrefix}/attach-direct/view/${refDomain}/${refCategory}?path=${path}`
+  }
+
+  /** Answers records with `url` (and `cdnUrl`), `index` being the position within its reference category. */
+  #views(records: AttachmentRecord[]): AttachmentView[] {
+    const pos = new Map<string, number>()
+    return records.map((r) => {
+      const k = r.refCategory
+      const index = pos.get(k) ?? 0
+      pos.set(k, index + 1)
+      return this.#view(r, index)
+    })
+  }
+
+  #view(r: AttachmentRecord, index: number): AttachmentView {
+    const { sha256: _s, store, blobId: _b, ...rest } = r
+    const cdn = this.#cdnBase(store)
+    const cdnUrl = cdn ? cdn + storeKey(r.savedDir, r.savedName) : undefined
+    const url =
+      cdnUrl ??
+      `${this.config.assetsPrefix}/attach/view/${encodeURIComponent(r.refDomain)}/${encodeURIComponent(r.refKey)}/${encodeURIComponent(r.refCategory)}/${index}`
+    return cdnUrl ? { ...rest, url, cdnUrl } : { ...rest, url }
+  }
+
+  /** Applies `ext`, `extAlt` and `fmetaValue` to one category's records (in `sort` order). */
+  #applyFilters(list: AttachmentView[], f: LookupFilters): AttachmentView[] {
+    let out = list
+    if (f.fmetaValue !== undefined && f.fmetaValue !== '') out = out.filter((r) => r.fmetaValue === f.fmetaValue)
+    if (f.ext !== undefined && f.ext !== '') out = out.filter((r) => r.ext === f.ext)
+    if (f.extAlt !== undefined && f.extAlt !== '') {
+      const alts = f.extAlt.split(':')
+      let picked: AttachmentView[] | undefined
+      for (const alt of alts) {
+        const m = out.filter((r) => r.ext === alt)
+        if (m.length) {
+          picked = m
+          break
+        }
+      }
+      out = picked ?? out.slice(0, 1)
+    }
+    return out
+  }
+
+  /**
+   * The AttachBag of a reference: `{refDomain, <category>: records[]}` in `sort` order, every registered
+   * category of the domain present (or only `refCategory` when given).
+   */
+  async lookup(refDomain: string, refKeyIn: string, refCategory?: string, filters: LookupFilters = {}): Promise<AttachBag> {
+    const domain = this.registry.domain(refDomain)
+    if (refCategory !== undefined) this.registry.category(refDomain, refCategory)
+    const refKey = checkRefKey(refKeyIn)
+    const records = await this.repository.listByReference(refDomain, refKey, refCategory)
+    const bag: AttachBag = { refDomain }
+    const cats = refCategory !== undefined ? [refCategory] : [...domain.categories.keys()]
+    for (const c of cats) bag[c] = []
+    const views = this.#views(records)
+    for (const c of new Set(views.map((v) => v.refCategory))) {
+      bag[c] = this.#applyFilters(
+        views.filter((v) => v.refCategory === c),
+        filters,
+      )
+    }
+    return bag
+  }
+
+  /** The number of attachments of one reference category. */
+  async count(refDomain: string, refKey: string, refCategory: string): Promise<number> {
+    this.registry.category(refDomain, refCategory)
+    return this.repository.countByReference(refDomain, checkRefKey(refKey), refCategory)
+  }
+
+  /** Records of several references, ordered by refKey, refCategory, sort. */
+  async listByReferences(refDomain: string, refKeys: string[], refCategories?: string[]): Promise<AttachmentView[]> {
+    this.registry.domain(refDomain)
+    for (const c of refCategories ?? []) this.registry.category(refDomain, c)
+    const keys = refKeys.map(checkRefKey)
+    const records = await this.repository.listByReferences(refDomain, keys, refCategories)
+    const out: AttachmentView[] = []
+    for (const key of new Set(records.map((r) => r.refKey))) out.push(...this.#views(records.filter((r) => r.refKey === key)))
+    return out
+  }
+
+  /** The real address of the `index`-th (in `sort` order) attachment of a reference category. */
+  async directUrl(input: { refDomain: unknown; refCategory?: unknown; refKey: unknown; index?: unknown }): Promise<string> {
+    if (typeof input.refDomain !== 'string') throw badRequest('refDomain is required')
+    const refCategory = input.refCategory === undefined ? 'default' : String(input.refCategory)
+    this.registry.category(input.refDomain, refCategory)
+    const index = input.index === undefined ? 0 : Number(input.index)
+    if (!Number.isSafeInteger(index) || index < 0) throw badRequest('index must be a non-negative integer')
+    const list = await this.repository.listByReference(input.refDomain, checkRefKey(input.refKey), refCategory)
+    const r = list[index]
+    if (!r) throw notFound(`No attachment at index ${index} of ${input.refDomain}/${String(input.refKey)}/${refCategory}`)
+    const cdn = this.#cdnBase(r.store)
+    return cdn ? cdn + storeKey(r.savedDir, r.savedName) : `${this.config.assetsPrefix}/attach/view/${r.id}`
+  }
+
+  /** `{cdnUrl, domains: {<domain>: {store, categories}}}`. */
+  describe(): { cdnUrl: string | null; domains: Record<string, { store: string; categories: string[] }> } {
+    const domains: Record<string, { store: string; categories: string[] }> = {}
+    for (const d of this.registry.domains()) domains[d.name] = { store: d.store, categories: [...d.categories.keys()] }
+    return { cdnUrl: this.config.cdnUrl ?? null, domains }
+  }
+
+  // ---------------------------------------------------------------- access
+
+  /** Runs a category's secure-access function; a throw counts as a refusal. No function allows. */
+  async checkAccess(request: Request | null, category: RegisteredCategory, file: FileDescription): Promise<boolean> {
+    if (!category.secureAccess) return true
+    if (!request) return false
+    try {
+      return (await category.secureAccess(request, file)) === true
+    } catch (err) {
+      this.logger.warn(`attach-storage: secure-access function of "${file.refDomain}.${file.refCategory}" threw; refused`, err)
+      return false
+    }
+  }
+
+  async #mayRead(request: Request | null, r: AttachmentRecord, user: AuthUser | null): Promise<boolean> {
+    const category = this.registry.domain(r.refDomain).categories.get(r.refCategory)
+    if (!category) return false
+    if (category.secureAccess) return this.checkAccess(request, category, describeRecord(r))
+    return user !== null || request !== null
+  }
+
+  async #mayChange(request: Request, r: AttachmentRecord, user: AuthUser | null): Promise<boolean> {
+    const category = this.registry.domain(r.refDomain).categories.get(r.refCategory)
+    if (category?.secureAccess) return this.checkAccess(request, category, describeRecord(r))
+    return user !== null && sameUser(r.createdBy, user.id)
+  }
+
+  async #ownedRecords(request: Request, items: unknown, user: AuthUser | null): Promise<AttachmentRecord[]> {
+    if (!Array.isArray(items)) throw badRequest('The body must be an array of attachment records')
+    const ids = items.map((x, i) => {
+      const id = x && typeof x === 'object' ? Number((x as { id?: unknown }).id) : NaN
+      if (!Number.isSafeInteger(id) || id <= 0) throw badRequest(`item ${i}: id must be a positive integer`)
+      return id
+    })
+    const records = await this.repository.findByIds([...new Set(ids)])
+    for (const r of records) {
+      if (!(await this.#mayChange(request, r, user))) {
+        throw forbidden(`You may not change attachment ${r.id}`)
+      }
+    }
+    return records
+  }
+
+  /**
+   * PUT `/attach/`: updates `displayName`, `ext`, `fmetaValue` and `sort` of the listed records, all or
+   * nothing, only when the caller may change every one of them. Other fields are never written.
+   */
+  async update(request: Request, items: unknown, user: AuthUser | null): Promise<number> {
+    const records = await this.#ownedRecords(request, items, user)
+    const known = new Set(records.map((r) => r.id))
+    const updates = (items as Array<Record<string, unknown>>)
+      .filter((x) => known.has(Number(x.id)))
+      .map((x) => {
+        const u: { id: number; displayName?: string; ext?: string | null; fmetaValue?: string | null; sort?: number } = {
+          id: Number(x.id),
+        }
+        if (x.displayName !== undefined) {
+          if (typeof x.displayName !== 'string' || cleanDisplayName(x.displayName, '') === '') {
+            throw badRequest(`attachment ${u.id}: displayName must be a non-empty string`)
+          }
+          u.displayName = cleanDisplayName(x.displayName)
+        }
+        if (x.ext !== undefined) u.ext = x.ext === null ? null : String(x.ext).slice(0, 1024)
+        if (x.fmetaValue !== undefined) u.fmetaValue = x.fmetaValue === null ? null : String(x.fmetaValue).slice(0, 1024)
+        if (x.sort !== undefined) {
+          const sort = Number(x.sort)
+          if (!Number.isSafeInteger(sort) || sort < 0) throw badRequest(`attachment ${u.id}: sort must be a non-negative integer`)
+          u.sort = sort
+        }
+        return u
+      })
+    return this.repository.updateMetadata(updates)
+  }
+
+  /** POST `/attach`: permanently deletes the listed records (and files no other record uses). */
+  async remove(request: Request, items: unknown, user: AuthUser | null): Promise<number> {
+    const records = await this.#ownedRecords(request, items, user)
+    return this.#deleteRecords(records.map((r) => r.id))
+  }
+
+  /** Deletes records; a physical file goes with its last record. Returns how many records went. */
+  async #deleteRecords(ids: number[]): Promise<number> {
+    if (!ids.length) return 0
+    const { deleted, orphanBlobs } = await this.repository.markDeleted(ids)
+    await Promise.all(orphanBlobs.map((b) => this.#dropBlob(b)))
+    return deleted.length
+  }
+
+  async #dropBlob(b: BlobRecord): Promise<void> {
+    try {
+      await this.store(b.store).delete(storeKey(b.savedDir, b.savedName))
+      await this.repository.purgeBlob(b.id)
+    } catch (err) {
+      // The records are already invisible; the sweep retries the physical delete.
+      this.logger.warn(`attach-storage: deleting ${b.savedDir}${b.savedName} failed; the sweep retries`, err)
+    }
+  }
+
+  // ---------------------------------------------------------------- serving
+
+  /** Resolves a saved attachment by id, checking the category's secure-access function. */
+  async resolveById(request: Request, id: number): Promise<ServeTarget> {
+    const r = await this.repository.findById(id)
+    if (!r) throw notFound(`No attachment ${id}`)
+    return this.#serveRecord(request, r, 'immutable')
+  }
+
+  /** Resolves the `idx`-th attachment of a reference (after `ext`/`extAlt`/`fmetaValue`). */
+  async resolveByReference(
+    request: Request,
+    ref: { refDomain: string; refKey: string; refCategory: string; idx: number },
+    filters: LookupFilters = {},
+  ): Promise<ServeTarget> {
+    const bag = await this.lookup(ref.refDomain, ref.refKey, ref.refCategory, filters)
+    const list = bag[ref.refCategory] as AttachmentView[]
+    const v = list[ref.idx]
+    if (!v) throw notFound(`No attachment at index ${ref.idx} of ${ref.refDomain}/${ref.refKey}/${ref.refCategory}`)
+    const r = await this.repository.findById(v.id)
+    if (!r) throw notFound(`No attachment ${v.id}`)
+    return this.#serveRecord(request, r, 'revalidate')
+  }
+
+  async #serveRecord(request: Request, r: AttachmentRecord, cache: ServeTarget['cache']): Promise<ServeTarget> {
+    const category = this.registry.domain(r.refDomain).categories.get(r.refCategory)
+    if (!category) throw notFound(`No attachment ${r.id}`)
+    if (!(await this.checkAccess(request, category, describeRecord(r)))) throw forbidden()
+    return {
+      store: this.store(r.store),
+      key: storeKey(r.savedDir, r.savedName),
+      displayName: r.displayName,
+      fileType: r.fileType,
+      fileSize: r.fileSize,
+      etag: r.sha256,
+      lastModified: new Date(r.createdDt),
+      cache,
+      private: category.secureAccess !== undefined,
+    }
+  }
+
+  /** Resolves a temporary file for preview (synthetic file description; no resizing). */
+  async resolveTemporary(request: Request, refDomain: string, refCategory: string, savedName: string): Promise<ServeTarget> {
+    const category = this.registry.category(refDomain, refCategory)
+    if (!SAVED_NAME.test(savedName)) throw notFound('No such temporary file')
+    const meta = await this.#readTmpMeta(savedName)
+    if (!meta || meta.refDomain !== refDomain || meta.refCategory !== refCategory) throw notFound('No such temporary file')
+    if (!(await this.checkAccess(request, category, syntheticDescription(refDomain, refCategory, savedName)))) throw forbidden()
+    const stat = await this.#s.tmpStore.stat(tmpKey(savedName))
+    return {
+      store: this.#s.tmpStore,
+      key: tmpKey(savedName),
+      displayName: meta.displayName,
+      fileType: meta.type,
+      fileSize: stat.size,
+      etag: meta.sha256,
+      lastModified: stat.lastModified,
+      cache: 'immutable',
+      private: true,
+    }
+  }
+
+  /** Resolves a directly uploaded file by its `path` (synthetic file description; no resizing). */
+  async resolveDirect(request: Request, refDomain: string, refCategory: string, path: unknown): Promise<ServeTarget> {
+    const domain = this.registry.domain(refDomain)
+    const category = this.registry.category(refDomain, refCategory)
+    const p = parseDirectPath(path, refDomain, refCategory)
+    if (!p) throw notFound('No such direct file')
+    if (!(await this.checkAccess(request, category, syntheticDescription(refDomain, refCategory, p.savedName)))) throw forbidden()
+    const store = this.store(domain.store)
+    const key = storeKey(p.savedDir, p.savedName)
+    const stat = await store.stat(key)
+    const head = await this.#readHead(store, key)
+    return {
+      store,
+      key,
+      displayName: p.savedName,
+      fileType: await sniffType(head, p.savedName),
+      fileSize: stat.size,
+      lastModified: stat.lastModified,
+      cache: 'immutable',
+      private: category.secureAccess !== undefined,
+    }
+  }
+
+  // ---------------------------------------------------------------- housekeeping
+
+  /**
+   * Removes expired temporary files (older than `tmp-ttl`) and retries the physical deletion of files
+   * whose last record went (or that were never attached). Safe to run on several instances at once.
+   */
+  async sweep(): Promise<{ temporaryFiles: number; blobs: number }> {
+    const s = this.#s
+    const cutoff = new Date(this.#now().getTime() - this.config.tmpTtl)
+    let temporaryFiles = 0
+    for await (const e of s.tmpStore.list(TMP_PREFIX)) {
+      if (e.lastModified < cutoff) {
+        await s.tmpStore.delete(e.key)
+        if (!e.key.endsWith('.meta.json')) temporaryFiles++
+      }
+    }
+    let blobs = 0
+    for (;;) {
+      const dead = await this.repository.listDeadBlobs(cutoff.toISOString(), 100)
+      if (!dead.length) break
+      for (const b of dead) {
+        await this.#dropBlob(b)
+        blobs++
+      }
+      if (dead.length < 100) break
+    }
+    return { temporaryFiles, blobs }
+  }
+}
+
+/** The file description of a saved record, as the secure-access function sees it. */
+export function describeRecord(r: AttachmentRecord): FileDescription {
+  return {
+    id: r.id,
+    refDomain: r.refDomain,
+    refKey: r.refKey,
+    refCategory: r.refCategory,
+    savedName: r.savedName,
+    savedDir: r.savedDir,
+    displayName: r.displayName,
+    fileType: r.fileType,
+    fileSize: r.fileSize,
+    ext: r.ext,
+    createdBy: r.createdBy,
+    createdDt: r.createdDt,
+  }
+}
+
+/** The spec's synthetic description of a temporary or direct file: only refDomain, refCategory, savedName. */
+export function syntheticDescription(refDomain: string, refCategory: string, savedName: string): FileDescription {
+  return {
+    id: null,
+    refDomain,
+    refKey: null,
+    refCategory,
+    savedName,
+    savedDir: null,
+    displayName: null,
+    fileType: null,
+    fileSize: null,
+    ext: null,
+    createdBy: null,
+    createdDt: null,
+  }
+}
+
+/** Creates and initialises the service: the configuration is validated and every store is ready. */
+export async function createAttachStorage(options: AttachStorageOptions = {}): Promise<AttachStorage> {
+  const storage = new AttachStorage(options)
+  try {
+    await storage.init()
+  } catch (err) {
+    await storage.close().catch(() => undefined)
+    throw err
+  }
+  return storage
+}

@@ -1,0 +1,98 @@
+import {
+  createLocalJWKSet,
+  createRemoteJWKSet,
+  importSPKI,
+  jwtVerify,
+  type JSONWebKeySet,
+  type JWTVerifyGetKey,
+  type JWTVerifyOptions,
+  type CryptoKey,
+} from 'jose'
+import { configError } from '../errors.js'
+import type { Authenticate, AuthUser } from './types.js'
+
+/** How Bearer JWTs are verified. Give exactly one of `secret`, `publicKey`, `jwks`, `jwksUrl`. */
+export interface JwtOptions {
+  /** HS256 shared secret. */
+  secret?: string | Uint8Array
+  /** PEM (SPKI) public key for RS256/ES256/EdDSA tokens; `algorithm` names which. */
+  publicKey?: string
+  /** Algorithm of `publicKey`. @default 'RS256' */
+  algorithm?: string
+  /** A JSON Web Key Set held in memory. */
+  jwks?: JSONWebKeySet
+  /** Address of a JSON Web Key Set, fetched and cached by jose. */
+  jwksUrl?: string
+  /** Required `iss`. */
+  issuer?: string | string[]
+  /** Required `aud`. */
+  audience?: string | string[]
+  /** Tolerated clock skew in seconds. @default 5 */
+  clockTolerance?: number
+}
+
+/** Reads the Bearer token of the `Authorization` header, or undefined. */
+export function bearerToken(request: Request): string | undefined {
+  const h = request.headers.get('authorization')
+  if (!h) return undefined
+  const m = /^Bearer[ ]+([A-Za-z0-9\-_.~+/]+=*)$/i.exec(h.trim())
+  return m?.[1]
+}
+
+/** The user id of a `sub` claim: decimal integers become numbers, other strings stay strings. */
+export function userIdOf(sub: string): number | string {
+  if (/^(0|[1-9]\d{0,15})$/.test(sub)) {
+    const n = Number(sub)
+    if (Number.isSafeInteger(n)) return n
+  }
+  return sub
+}
+
+/**
+ * Builds a token verifier from {@link JwtOptions}: `verify(token)` resolves the user or `null` (missing,
+ * malformed, expired, wrongly signed, or without `sub`).
+ */
+export function createJwtVerifier(options: JwtOptions): (token: string | undefined) => Promise<AuthUser | null> {
+  const given = [options.secret, options.publicKey, options.jwks, options.jwksUrl].filter((x) => x !== undefined)
+  if (given.length !== 1) throw configError('JWT verification needs exactly one of secret, publicKey, jwks or jwksUrl')
+  let key: Promise<Uint8Array | CryptoKey> | undefined
+  let getKey: JWTVerifyGetKey | undefined
+  const verifyOptions: JWTVerifyOptions = {
+    issuer: options.issuer,
+    audience: options.audience,
+    clockTolerance: options.clockTolerance ?? 5,
+  }
+  if (options.secret !== undefined) {
+    const secret = typeof options.secret === 'string' ? new TextEncoder().encode(options.secret) : options.secret
+    if (secret.length < 16) throw configError('The JWT secret must be at least 16 bytes long')
+    key = Promise.resolve(secret)
+    verifyOptions.algorithms = ['HS256']
+  } else if (options.publicKey !== undefined) {
+    const alg = options.algorithm ?? 'RS256'
+    key = importSPKI(options.publicKey, alg)
+    key.catch(() => undefined)
+    verifyOptions.algorithms = [alg]
+  } else if (options.jwks !== undefined) {
+    getKey = createLocalJWKSet(options.jwks)
+  } else {
+    getKey = createRemoteJWKSet(new URL(options.jwksUrl!))
+  }
+  return async (token) => {
+    if (!token) return null
+    try {
+      const { payload } = getKey
+        ? await jwtVerify(token, getKey, verifyOptions)
+        : await jwtVerify(token, await key!, verifyOptions)
+      if (typeof payload.sub !== 'string' || payload.sub === '') return null
+      return { id: userIdOf(payload.sub), claims: payload as Record<string, unknown> }
+    } catch {
+      return null
+    }
+  }
+}
+
+/** An {@link Authenticate} function that verifies the Bearer JWT of the `Authorization` header. */
+export function createJwtAuthenticator(options: JwtOptions): Authenticate {
+  const verify = createJwtVerifier(options)
+  return (request) => verify(bearerToken(request))
+}

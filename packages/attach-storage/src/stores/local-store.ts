@@ -1,0 +1,487 @@
+import { randomBytes } from 'node:crypto'
+import { constants, type Dirent, type Stats } from 'node:fs'
+import {
+  copyFile,
+  lstat,
+  mkdir,
+  open,
+  readdir,
+  realpath,
+  rename,
+  rmdir,
+  unlink,
+  type FileHandle,
+} from 'node:fs/promises'
+import { basename, dirname, join, resolve, sep } from 'node:path'
+import { type Readable, Writable } from 'node:stream'
+import { pipeline } from 'node:stream/promises'
+import { AttachStorageError, configError, notFound } from '../errors.js'
+import { isValidKeySegment, MAX_KEY_LENGTH, normalizeKey, normalizePrefix } from './key.js'
+import type { ByteRange, PutOptions, Store, StoreListEntry, StoreStat } from './store.js'
+
+/** Options of {@link LocalStore}. */
+export interface LocalStoreOptions {
+  /**
+   * The directory that holds the objects; a key `a/b.png` is the file `<baseDir>/a/b.png`. Relative
+   * paths are resolved against the working directory once, at construction. Created on the first write.
+   */
+  baseDir: string
+}
+
+/** `get` opens with O_NOFOLLOW: a symbolic link at a key is never followed (where the OS has the flag). */
+const READ_FLAGS = constants.O_RDONLY | (constants.O_NOFOLLOW ?? 0)
+/** Copies reflink where the file system can (btrfs, XFS, APFS), and never onto an existing file. */
+const COPY_FLAGS = constants.COPYFILE_EXCL | constants.COPYFILE_FICLONE
+/** Uint8Array bodies are written in slices this big, so that an abort is noticed between them. */
+const WRITE_SLICE = 8 * 1024 * 1024
+/** How often an operation is retried when a concurrent `delete` removed its (then empty) directory. */
+const DIR_RETRIES = 4
+
+const errnoOf = (err: unknown): string | undefined => (err as NodeJS.ErrnoException | null)?.code
+/** Errors that mean "no file at this path". */
+const isMissing = (err: unknown): boolean => {
+  const code = errnoOf(err)
+  return code === 'ENOENT' || code === 'ENOTDIR'
+}
+
+/**
+ * A {@link Store} on the local file system, under one base directory.
+ *
+ * - Every key goes through {@link normalizeKey}, is joined under `baseDir`, and the result is checked to
+ *   stay inside `baseDir`.
+ * - Symbolic links: a link at a key is never an object (`get` opens with `O_NOFOLLOW`, `stat`/`exists`
+ *   use `lstat`, `list` skips links, `copy`/`move` refuse them as sources). Links to directories are
+ *   checked with `realpath` on every operation that writes, moves, copies or lists: one that leads
+ *   outside `baseDir` makes the operation fail with `bad-key` before anything is created, changed or read.
+ *   `get`, `stat` and `exists` do not pay for that check (they stay `open` + `fstat`, or one `lstat`),
+ *   so a directory link placed inside `baseDir` by someone with file-system access is followed by
+ *   them. The store itself never creates links.
+ * - `put` and `copy` write `.<name>.<random>.partial` in the target directory, fsync it, and rename it
+ *   into place (then fsync the directory, best effort), so readers see the old file or the whole new one.
+ * - `delete` (and `move`) remove directories left empty, up to but not including `baseDir`.
+ *
+ * @example
+ * const store = new LocalStore('files', { baseDir: '/var/lib/app/files' })
+ * await store.put('demo/2026/11/42/abc.png', bytes)
+ */
+export class LocalStore implements Store {
+  readonly type = 'local'
+  readonly name: string
+  /** The absolute base directory. */
+  readonly baseDir: string
+  readonly #baseWithSep: string
+  #realBase: Promise<string> | undefined
+
+  constructor(name: string, options: LocalStoreOptions) {
+    if (typeof options?.baseDir !== 'string' || options.baseDir === '') {
+      throw configError(`Local store "${name}" needs a baseDir`)
+    }
+    this.name = name
+    this.baseDir = resolve(options.baseDir)
+    this.#baseWithSep = withSep(this.baseDir)
+  }
+
+  async put(key: string, body: Readable | Uint8Array, options: PutOptions = {}): Promise<{ size: number }> {
+    const file = this.#pathOf(key)
+    const { signal } = options
+    signal?.throwIfAborted()
+    const dir = dirname(file)
+    await this.#prepareDir(dir)
+    const temp = tempPathFor(file)
+    const handle = await this.#inDir(dir, () => open(temp, 'wx'))
+    let handleOpen = true
+    let size: number
+    try {
+      if (body instanceof Uint8Array) {
+        size = await writeAll(handle, body, signal)
+      } else {
+        const sink = fileSink(handle)
+        await pipeline(body, sink, signal ? { signal } : {})
+        size = sink.bytesWritten
+      }
+      await handle.sync()
+      handleOpen = false
+      await handle.close()
+      signal?.throwIfAborted()
+      await rename(temp, file)
+    } catch (err) {
+      if (handleOpen) await handle.close().catch(() => {})
+      await unlink(temp).catch(() => {})
+      throw err
+    }
+    await syncDir(dir)
+    return { size }
+  }
+
+  async get(key: string, range?: ByteRange): Promise<Readable> {
+    const file = this.#pathOf(key)
+    let handle: FileHandle
+    try {
+      handle = await open(file, READ_FLAGS)
+    } catch (err) {
+      const code = errnoOf(err)
+      if (isMissing(err) || code === 'ELOOP' || code === 'EISDIR') throw this.#notFound(key)
+      throw err
+    }
+    try {
+      const stats = await handle.stat()
+      if (!stats.isFile()) throw this.#notFound(key)
+      if (range === undefined) return handle.createReadStream()
+      return handle.createReadStream(resolveRange(range, stats.size, key))
+    } catch (err) {
+      await handle.close().catch(() => {})
+      throw err
+    }
+  }
+
+  async stat(key: string): Promise<StoreStat> {
+    const stats = await this.#lstatFile(this.#pathOf(key), key)
+    return { size: stats.size, lastModified: stats.mtime }
+  }
+
+  async exists(key: string): Promise<boolean> {
+    const file = this.#pathOf(key)
+    try {
+      return (await lstat(file)).isFile()
+    } catch (err) {
+      if (isMissing(err)) return false
+      throw err
+    }
+  }
+
+  async move(from: string, to: string): Promise<void> {
+    const source = this.#pathOf(from)
+    const target = this.#pathOf(to)
+    await this.#checkSource(source, from)
+    if (source === target) return
+    const dir = dirname(target)
+    await this.#prepareDir(dir)
+    try {
+      await this.#inDir(dir, () => rename(source, target), source, from)
+    } catch (err) {
+      if (errnoOf(err) !== 'EXDEV') throw err
+      await this.#copyInto(source, target, from)
+      await unlink(source).catch((e: unknown) => {
+        if (!isMissing(e)) throw e
+      })
+    }
+    await this.#prune(dirname(source))
+  }
+
+  async copy(from: string, to: string): Promise<void> {
+    const source = this.#pathOf(from)
+    const target = this.#pathOf(to)
+    await this.#checkSource(source, from)
+    if (source === target) return
+    await this.#prepareDir(dirname(target))
+    await this.#copyInto(source, target, from)
+  }
+
+  async delete(key: string): Promise<void> {
+    const file = this.#pathOf(key)
+    const dir = dirname(file)
+    try {
+      this.#assertInside(await realpath(dir), await this.#getRealBase(), key)
+    } catch (err) {
+      if (isMissing(err)) return
+      throw err
+    }
+    try {
+      await unlink(file)
+    } catch (err) {
+      if (isMissing(err)) return
+      // EISDIR (Linux) or EPERM (macOS): a directory at the key is no object, so nothing to delete.
+      const isDir = await lstat(file).then(
+        (s) => s.isDirectory(),
+        () => false,
+      )
+      if (isDir) return
+      throw err
+    }
+    await this.#prune(dir)
+  }
+
+  async *list(prefix: string): AsyncGenerator<StoreListEntry> {
+    const normalized = normalizePrefix(prefix)
+    const dir = normalized === '' ? this.baseDir : join(this.baseDir, normalized.slice(0, -1))
+    try {
+      this.#assertInside(await realpath(dir), await this.#getRealBase(), prefix)
+    } catch (err) {
+      if (isMissing(err)) return
+      throw err
+    }
+    yield* this.#walk(dir, normalized)
+  }
+
+  async close(): Promise<void> {}
+
+  /** The absolute path of the file that holds `key` (whether or not it exists). */
+  localPath(key: string): string {
+    return this.#pathOf(key)
+  }
+
+  // ---------------------------------------------------------------------------------------------
+
+  /** The key normalized and joined under baseDir, checked to stay inside it (no I/O). */
+  #pathOf(key: string): string {
+    const normalized = normalizeKey(key)
+    const file = join(this.baseDir, normalized)
+    if (!file.startsWith(this.#baseWithSep)) throw outside(key)
+    return file
+  }
+
+  #notFound(key: string): AttachStorageError {
+    return notFound(`No object at key ${JSON.stringify(key)} in store "${this.name}"`)
+  }
+
+  /** The real path of baseDir, computed once (and again after a failure, e.g. while it does not exist). */
+  #getRealBase(): Promise<string> {
+    if (this.#realBase === undefined) {
+      const pending = realpath(this.baseDir)
+      this.#realBase = pending
+      pending.catch(() => {
+        if (this.#realBase === pending) this.#realBase = undefined
+      })
+    }
+    return this.#realBase
+  }
+
+  #assertInside(real: string, realBase: string, key: string): void {
+    if (real !== realBase && !real.startsWith(withSep(realBase))) throw outside(key)
+  }
+
+  /** Makes sure `dir` exists and really is inside baseDir, creating nothing outside it. */
+  async #prepareDir(dir: string): Promise<void> {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        const real = await realpath(dir)
+        this.#assertInside(real, await this.#getRealBase(), dir.slice(this.#baseWithSep.length))
+        return
+      } catch (err) {
+        if (errnoOf(err) !== 'ENOENT' || attempt >= DIR_RETRIES) throw err
+      }
+      // Check the nearest existing ancestor before creating anything below it.
+      await mkdir(this.baseDir, { recursive: true })
+      const realBase = await this.#getRealBase()
+      this.#assertInside(await this.#nearestExistingReal(dir), realBase, dir.slice(this.#baseWithSep.length))
+      try {
+        await mkdir(dir, { recursive: true })
+      } catch (err) {
+        if (errnoOf(err) !== 'ENOENT') throw err
+      }
+    }
+  }
+
+  async #nearestExistingReal(dir: string): Promise<string> {
+    for (let d = dir; ; d = dirname(d)) {
+      try {
+        return await realpath(d)
+      } catch (err) {
+        if (errnoOf(err) !== 'ENOENT' || d === this.baseDir || !d.startsWith(this.#baseWithSep)) throw err
+      }
+    }
+  }
+
+  /**
+   * Runs `op`, which creates something in `dir`; when it fails with ENOENT because a concurrent
+   * `delete` pruned the directory, recreates it and retries. With `source`, ENOENT while the source is
+   * gone is `not-found`.
+   */
+  async #inDir<T>(dir: string, op: () => Promise<T>, source?: string, sourceKey?: string): Promise<T> {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return await op()
+      } catch (err) {
+        if (errnoOf(err) !== 'ENOENT') throw err
+        if (source !== undefined && !(await isFile(source))) throw this.#notFound(sourceKey ?? source)
+        if (attempt >= DIR_RETRIES) throw err
+      }
+      await this.#prepareDir(dir)
+    }
+  }
+
+  async #lstatFile(file: string, key: string): Promise<Stats> {
+    let stats: Stats
+    try {
+      stats = await lstat(file)
+    } catch (err) {
+      if (isMissing(err)) throw this.#notFound(key)
+      throw err
+    }
+    if (!stats.isFile()) throw this.#notFound(key)
+    return stats
+  }
+
+  /** A move or copy source: a regular file (no link) in a directory really inside baseDir. */
+  async #checkSource(file: string, key: string): Promise<void> {
+    let real: string
+    try {
+      real = await realpath(dirname(file))
+    } catch (err) {
+      if (isMissing(err)) throw this.#notFound(key)
+      throw err
+    }
+    this.#assertInside(real, await this.#getRealBase(), key)
+    await this.#lstatFile(file, key)
+  }
+
+  /** Copies to a partial file in the target directory, fsyncs it, renames it into place. */
+  async #copyInto(source: string, target: string, sourceKey: string): Promise<void> {
+    const dir = dirname(target)
+    const temp = tempPathFor(target)
+    try {
+      await this.#inDir(dir, () => copyFile(source, temp, COPY_FLAGS), source, sourceKey)
+      const handle = await open(temp, 'r+')
+      try {
+        await handle.sync()
+      } finally {
+        await handle.close()
+      }
+      await rename(temp, target)
+    } catch (err) {
+      await unlink(temp).catch(() => {})
+      throw err
+    }
+    await syncDir(dir)
+  }
+
+  /** Removes `dir` and its parents while they are empty, stopping below baseDir. */
+  async #prune(dir: string): Promise<void> {
+    for (let d = dir; d !== this.baseDir && d.startsWith(this.#baseWithSep); d = dirname(d)) {
+      try {
+        await rmdir(d)
+      } catch (err) {
+        // ENOTEMPTY / EEXIST: still in use (maybe by a concurrent put); anything else: leave it be.
+        if (errnoOf(err) !== 'ENOENT') return
+      }
+    }
+  }
+
+  async *#walk(dir: string, keyPrefix: string): AsyncGenerator<StoreListEntry> {
+    let entries: Dirent[]
+    try {
+      entries = await readdir(dir, { withFileTypes: true })
+    } catch (err) {
+      if (isMissing(err)) return
+      throw err
+    }
+    for (const entry of entries) {
+      const name = entry.name
+      // Dot-files (among them every `.x.y.partial` temporary file) and names no key can have are skipped;
+      // so are symbolic links (neither isFile nor isDirectory on a Dirent).
+      if (!isValidKeySegment(name)) continue
+      const key = keyPrefix + name
+      if (entry.isDirectory()) {
+        yield* this.#walk(join(dir, name), `${key}/`)
+      } else if (entry.isFile() && key.length <= MAX_KEY_LENGTH) {
+        let stats: Stats
+        try {
+          stats = await lstat(join(dir, name))
+        } catch (err) {
+          if (isMissing(err)) continue
+          throw err
+        }
+        if (stats.isFile()) yield { key, size: stats.size, lastModified: stats.mtime }
+      }
+    }
+  }
+}
+
+const withSep = (dir: string): string => (dir.endsWith(sep) ? dir : dir + sep)
+
+const outside = (key: string): AttachStorageError =>
+  new AttachStorageError('bad-key', `Storage key ${JSON.stringify(key)} resolves outside the store's directory`, {
+    status: 400,
+  })
+
+/** `.<name>.<random>.partial` next to `file`; the name is cut so the result fits in 255 bytes. */
+function tempPathFor(file: string): string {
+  return join(dirname(file), `.${basename(file).slice(0, 200)}.${randomBytes(8).toString('hex')}.partial`)
+}
+
+async function isFile(file: string): Promise<boolean> {
+  return lstat(file).then(
+    (s) => s.isFile(),
+    () => false,
+  )
+}
+
+async function writeAll(handle: FileHandle, bytes: Uint8Array, signal: AbortSignal | undefined): Promise<number> {
+  let offset = 0
+  while (offset < bytes.byteLength) {
+    signal?.throwIfAborted()
+    const { bytesWritten } = await handle.write(bytes, offset, Math.min(bytes.byteLength - offset, WRITE_SLICE))
+    offset += bytesWritten
+  }
+  return offset
+}
+
+/**
+ * A Writable onto a file handle it does not own (an `fs.WriteStream` keeps a reference on the handle
+ * until it closes it, so the handle could not be fsynced and closed by us afterwards).
+ */
+function fileSink(handle: FileHandle): Writable & { bytesWritten: number } {
+  const sink = new Writable({
+    highWaterMark: 64 * 1024,
+    write(chunk: Buffer, _encoding, callback) {
+      writeAll(handle, chunk, undefined).then((n) => {
+        sink.bytesWritten += n
+        callback()
+      }, callback)
+    },
+    writev(chunks, callback) {
+      writeVector(
+        handle,
+        chunks.map((c) => c.chunk as Buffer),
+      ).then((n) => {
+        sink.bytesWritten += n
+        callback()
+      }, callback)
+    },
+  }) as Writable & { bytesWritten: number }
+  sink.bytesWritten = 0
+  return sink
+}
+
+async function writeVector(handle: FileHandle, buffers: Buffer[]): Promise<number> {
+  const total = buffers.reduce((sum, b) => sum + b.byteLength, 0)
+  let { bytesWritten: done } = await handle.writev(buffers)
+  // A short write (rare on regular files): write what is left buffer by buffer.
+  for (let i = 0, start = 0; done < total && i < buffers.length; i++) {
+    const buffer = buffers[i] as Buffer
+    const end = start + buffer.byteLength
+    if (end > done) done += await writeAll(handle, buffer.subarray(done - start), undefined)
+    start = end
+  }
+  return done
+}
+
+/** Makes a rename in `dir` durable. Best effort: some platforms (Windows) cannot open a directory. */
+async function syncDir(dir: string): Promise<void> {
+  try {
+    const handle = await open(dir, 'r')
+    try {
+      await handle.sync()
+    } finally {
+      await handle.close()
+    }
+  } catch {
+    // not supported here; the data itself was fsynced before the rename
+  }
+}
+
+/** An inclusive HTTP-style range checked against the size; `end` past the last byte is cut to it. */
+function resolveRange(range: ByteRange, size: number, key: string): { start: number; end: number } {
+  const { start, end } = range
+  const valid =
+    Number.isSafeInteger(start) && start >= 0 && (end === undefined || (Number.isSafeInteger(end) && end >= start))
+  if (!valid || start >= size) {
+    const shown = `${start}-${end ?? ''}`
+    throw new AttachStorageError(
+      'range-not-satisfiable',
+      `Range ${shown} is not satisfiable for key ${JSON.stringify(key)} of ${size} bytes`,
+      { status: 416, details: { size } },
+    )
+  }
+  return { start, end: end === undefined ? size - 1 : Math.min(end, size - 1) }
+}

@@ -1,0 +1,76 @@
+import type { Readable } from 'node:stream'
+
+/** What a store knows about one stored object. */
+export interface StoreStat {
+  /** Size in bytes. */
+  size: number
+  /** Last modification time. */
+  lastModified: Date
+}
+
+/** One entry of {@link Store.list}. */
+export interface StoreListEntry extends StoreStat {
+  /** The object's key, relative to the store's root, without a leading slash. */
+  key: string
+}
+
+/** An inclusive byte range, as in HTTP: `end` defaults to the last byte. */
+export interface ByteRange {
+  start: number
+  end?: number
+}
+
+/** Options of {@link Store.put}. */
+export interface PutOptions {
+  /** Media type recorded with the object where the store keeps one (object stores). */
+  contentType?: string
+  /** Size in bytes when known in advance; lets object stores choose single or multipart upload. */
+  size?: number
+  /** Aborts the write; nothing is left at the key. */
+  signal?: AbortSignal
+}
+
+/**
+ * Where the files live. Every method is required and async. Keys are relative paths
+ * (`demo/2026/11/42/5b9c….png`), normalized by {@link normalizeKey} before any use: a key never
+ * starts with `/`, never holds `..`, `.`, empty segments, backslashes or NUL bytes.
+ *
+ * Guarantees every implementation gives (checked by the conformance suite in `attach-storage/testing`):
+ * - `put` is atomic: readers see the old object, no object, or the whole new one; a failed or aborted
+ *   `put` leaves nothing at the key.
+ * - `get` of a missing key, and `stat`, `move`, `copy` from a missing key, throw an
+ *   `AttachStorageError` with code `not-found` (status 404).
+ * - `delete` of a missing key succeeds.
+ */
+export interface Store {
+  /** The name this store is declared under (`attach.stores.<name>`). */
+  readonly name: string
+  /** The store type (`local`, `s3`, `azure`, `sftp`, `ftp`, or a host's own). */
+  readonly type: string
+  /** Writes a whole object from a stream or bytes. Resolves with the stored size. */
+  put(key: string, body: Readable | Uint8Array, options?: PutOptions): Promise<{ size: number }>
+  /** Streams an object, or the inclusive byte range of it. */
+  get(key: string, range?: ByteRange): Promise<Readable>
+  /** Size and modification time; throws `not-found` when missing. */
+  stat(key: string): Promise<StoreStat>
+  /** True when an object exists at the key. */
+  exists(key: string): Promise<boolean>
+  /** Renames an object; an existing object at `to` is replaced. */
+  move(from: string, to: string): Promise<void>
+  /** Copies an object; an existing object at `to` is replaced. */
+  copy(from: string, to: string): Promise<void>
+  /** Removes an object; a missing one is not an error. */
+  delete(key: string): Promise<void>
+  /** Every object whose key starts with `prefix` (a folder prefix ending in `/`, or `''`), any depth. */
+  list(prefix: string): AsyncIterable<StoreListEntry>
+  /** Releases connections and handles. */
+  close(): Promise<void>
+  /**
+   * Local stores only: the absolute file path of a key, so that a move between two local stores on one
+   * file system is a rename. Absent on remote stores.
+   */
+  localPath?(key: string): string
+}
+
+/** Creates a store from its declared settings; what a store package exports as `createStore`. */
+export type StoreFactory = (name: string, settings: Record<string, unknown>) => Store | Promise<Store>
