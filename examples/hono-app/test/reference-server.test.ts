@@ -1,0 +1,303 @@
+/**
+ * The reference server of the contract, through a real listening HTTP server, on SQLite and PostgreSQL.
+ */
+import { spawn } from 'node:child_process'
+import { mkdtemp, readdir, rm, writeFile } from 'node:fs/promises'
+import type { AddressInfo } from 'node:net'
+import { tmpdir } from 'node:os'
+import { dirname, join } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { serve, type ServerType } from '@hono/node-server'
+import { SignJWT } from 'jose'
+import sharp from 'sharp'
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest'
+import { createReferenceApp, type ReferenceApp } from '../src/app.js'
+import pg from 'pg'
+import { randomBytes } from 'node:crypto'
+
+const SECRET = 'reference-server-test-secret-123'
+const here = dirname(fileURLToPath(import.meta.url))
+
+const sign = (sub: string, secret = SECRET) =>
+  new SignJWT({}).setProtectedHeader({ alg: 'HS256' }).setSubject(sub).setExpirationTime('1h').sign(new TextEncoder().encode(secret))
+
+async function walk(dir: string): Promise<string[]> {
+  const out: string[] = []
+  let entries
+  try {
+    entries = await readdir(dir, { withFileTypes: true, recursive: true })
+  } catch {
+    return out
+  }
+  for (const e of entries) if (e.isFile()) out.push(join(e.parentPath ?? (e as any).path, e.name))
+  return out
+}
+
+interface Running {
+  ref: ReferenceApp
+  server: ServerType
+  base: string
+  dataDir: string
+  close(): Promise<void>
+}
+
+async function start(env: Record<string, string>): Promise<Running> {
+  const dataDir = await mkdtemp(join(tmpdir(), 'attach-ref-'))
+  const quiet = { info() {}, warn() {}, error() {} }
+  const ref = await createReferenceApp({ ATTACH_DATA_DIR: dataDir, ATTACH_JWT_SECRET: SECRET, ...env }, quiet)
+  const server = serve({ fetch: ref.app.fetch, port: 0, hostname: '127.0.0.1' })
+  await new Promise<void>((r) => server.once('listening', () => r()))
+  const base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`
+  return {
+    ref,
+    server,
+    base,
+    dataDir,
+    async close() {
+      await new Promise<void>((r) => server.close(() => r()))
+      await ref.close()
+      await rm(dataDir, { recursive: true, force: true })
+    },
+  }
+}
+
+async function pgDatabase(): Promise<{ url: string; drop(): Promise<void> }> {
+  const server = inject('pgUrl')
+  const name = `ref_${randomBytes(6).toString('hex')}`
+  const admin = new pg.Client({ connectionString: server })
+  await admin.connect()
+  await admin.query(`CREATE DATABASE ${name}`)
+  await admin.end()
+  const url = new URL(server)
+  url.pathname = `/${name}`
+  return {
+    url: url.toString(),
+    async drop() {
+      const a = new pg.Client({ connectionString: server })
+      await a.connect()
+      await a.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)
+      await a.end()
+    },
+  }
+}
+
+for (const dialect of ['sqlite', 'postgres'] as const) {
+  describe(`reference server on ${dialect}`, () => {
+    let srv: Running
+    let drop: (() => Promise<void>) | undefined
+    let alice: string
+    let bob: string
+    beforeAll(async () => {
+      const env: Record<string, string> = { ATTACH_CORS_ORIGINS: 'https://app.example.com' }
+      if (dialect === 'postgres') {
+        const d = await pgDatabase()
+        env.ATTACH_DATABASE_URL = d.url
+        drop = d.drop
+      }
+      srv = await start(env)
+      alice = await sign('1')
+      bob = await sign('2')
+    })
+    afterAll(async () => {
+      await srv?.close()
+      await drop?.()
+    })
+
+    const api = (path: string, init: RequestInit & { token?: string | null } = {}) => {
+      const { token, ...rest } = init
+      const headers = new Headers(rest.headers)
+      if (token !== null) headers.set('authorization', `Bearer ${token ?? alice}`)
+      if (typeof rest.body === 'string') headers.set('content-type', 'application/json')
+      return fetch(srv.base + path, { ...rest, headers })
+    }
+    const tmpUpload = async (blob: Blob, name: string, refDomain = 'board', refCategory = 'default', token?: string) => {
+      const fd = new FormData()
+      fd.set('refDomain', refDomain)
+      fd.set('refCategory', refCategory)
+      fd.set('file', blob, name)
+      const res = await api('/api/storage/attach/tmp', { method: 'POST', body: fd, token })
+      expect(res.status).toBe(200)
+      return (await res.json()).files[0]
+    }
+
+    it('saves a board post and its attachments in one request, then answers it with its AttachBag', async () => {
+      const photo = await sharp({ create: { width: 40, height: 30, channels: 3, background: '#08f' } }).jpeg().toBuffer()
+      const img = await tmpUpload(new Blob([new Uint8Array(photo)]), '사진.jpg', 'board', 'image')
+      const doc = await tmpUpload(new Blob(['minutes of the meeting']), 'minutes.txt')
+      const res = await api('/board', {
+        method: 'POST',
+        body: JSON.stringify({
+          title: 'First post',
+          body: 'hello',
+          attachContainer: {
+            refDomain: 'board',
+            default: [{ savedName: doc.name, displayName: 'minutes.txt', fileSize: doc.size, fileType: doc.type }],
+            image: [{ savedName: img.name, displayName: '사진.jpg' }],
+          },
+        }),
+      })
+      expect(res.status).toBe(201)
+      const post = await res.json()
+      expect(post).toMatchObject({ id: expect.any(Number), title: 'First post', createdBy: 1, createdDt: expect.stringMatching(/Z$/) })
+      expect(post.attachContainer.default[0]).toMatchObject({ displayName: 'minutes.txt', refKey: String(post.id), sort: 0 })
+      const got = await (await api(`/board/${post.id}`)).json()
+      expect(got.attachContainer.image[0]).toMatchObject({ fileType: 'image/jpeg', displayName: '사진.jpg' })
+      const month = post.createdDt.slice(0, 7).replace('-', '/')
+      expect(got.attachContainer.image[0].savedDir).toBe(`/board/${month}/${post.id}/`)
+      // Every url answered works, without authentication (the binary group).
+      const view = await fetch(srv.base + got.attachContainer.image[0].url)
+      expect(view.status).toBe(200)
+      expect(view.headers.get('content-type')).toBe('image/jpeg')
+      expect(Buffer.from(await view.arrayBuffer()).equals(photo)).toBe(true)
+      const dl = await fetch(srv.base + got.attachContainer.default[0].url.replace('/view/', '/download/'))
+      expect(dl.headers.get('content-disposition')).toMatch(/^attachment; filename="minutes.txt"/)
+      expect(await dl.text()).toBe('minutes of the meeting')
+    })
+
+    it('answers a partial failure of the board save as attach-save-failure with the post id', async () => {
+      const res = await api('/board', {
+        method: 'POST',
+        body: JSON.stringify({ title: 'Second', attachContainer: { refDomain: 'board', default: [{ savedName: 'gone.txt', displayName: 'gone.txt' }] } }),
+      })
+      expect(res.status).toBe(500)
+      const body = await res.json()
+      expect(body).toMatchObject({ code: 'attach-save-failure', id: expect.any(Number), failures: [{ refCategory: 'default', index: 0, displayName: 'gone.txt' }] })
+    })
+
+    it('refuses bad board input with 4xx JSON bodies', async () => {
+      const cases: Array<[RequestInit & { token?: string | null }, string, number, string]> = [
+        [{ method: 'POST', body: '{}', token: null }, '/board', 401, 'unauthorized'],
+        [{ method: 'POST', body: '{"title":', }, '/board', 400, 'bad-request'],
+        [{ method: 'POST', body: JSON.stringify({ title: '' }) }, '/board', 400, 'bad-request'],
+        [{ method: 'POST', body: JSON.stringify({ title: 'x', attachContainer: { refDomain: 'demo' } }) }, '/board', 400, 'bad-request'],
+        [{ method: 'POST', body: JSON.stringify({ title: 'x', attachContainer: { refDomain: 'board', nope: [] } }) }, '/board', 400, 'unknown-category'],
+        [{}, '/board/abc', 400, 'bad-request'],
+        [{}, '/board/999999', 404, 'not-found'],
+        [{ token: null }, '/board/1', 401, 'unauthorized'],
+        [{}, '/nowhere', 404, 'not-found'],
+      ]
+      for (const [init, path, status, code] of cases) {
+        const res = await api(path, init)
+        expect(res.status, `${init.method ?? 'GET'} ${path} ${String(init.body)}`).toBe(status)
+        expect((await res.json()).code).toBe(code)
+      }
+    })
+
+    it('guards the private category with the token in the header or access_token, and the creator', async () => {
+      const t = await tmpUpload(new Blob(['private bytes']), 'p.txt', 'demo', 'private')
+      // Temporary preview: a valid token suffices.
+      const tmpUrl = `/assets/storage/attach-temp/view/demo/private/${t.name}`
+      expect((await fetch(srv.base + tmpUrl)).status).toBe(403)
+      expect((await fetch(`${srv.base}${tmpUrl}?access_token=${bob}`)).status).toBe(200)
+      const saved = await api('/api/storage/attach/demo/77', { method: 'POST', body: JSON.stringify({ private: [{ savedName: t.name }] }) })
+      const rec = (await saved.json()).attachList[0]
+      const url = `${srv.base}/assets/storage/attach/view/${rec.id}`
+      const denied = await fetch(url)
+      expect(denied.status).toBe(403)
+      expect(await denied.json()).toMatchObject({ code: 'forbidden' })
+      expect((await fetch(`${url}?access_token=${bob}`)).status).toBe(403)
+      expect((await fetch(url, { headers: { authorization: `Bearer ${bob}` } })).status).toBe(403)
+      const ok = await fetch(`${url}?access_token=${alice}`)
+      expect(ok.status).toBe(200)
+      expect(await ok.text()).toBe('private bytes')
+      expect((await fetch(url, { headers: { authorization: `Bearer ${alice}` } })).status).toBe(200)
+    })
+
+    it('answers CORS preflights without authentication for the configured origin', async () => {
+      const res = await fetch(`${srv.base}/api/storage/attach/tmp`, {
+        method: 'OPTIONS',
+        headers: {
+          origin: 'https://app.example.com',
+          'access-control-request-method': 'POST',
+          'access-control-request-headers': 'authorization,content-type',
+        },
+      })
+      expect(res.status).toBeLessThan(300)
+      expect(res.headers.get('access-control-allow-origin')).toBe('https://app.example.com')
+      expect(res.headers.get('access-control-allow-headers')?.toLowerCase()).toContain('authorization')
+      expect(res.headers.get('access-control-allow-methods')).toContain('PUT')
+      const other = await fetch(`${srv.base}/api/storage/config`, { headers: { origin: 'https://evil.example.com', authorization: `Bearer ${alice}` } })
+      expect(other.headers.get('access-control-allow-origin')).toBeNull()
+    })
+
+    it('streams a large upload over a real connection', async () => {
+      const size = 48 * 1024 * 1024
+      const chunk = new Uint8Array(1024 * 1024).map((_, i) => i % 251)
+      const parts = Array.from({ length: size / chunk.length }, () => chunk)
+      const item = await tmpUpload(new Blob(parts), 'big.bin', 'demo')
+      expect(item.size).toBe(size)
+      const view = await fetch(`${srv.base}/assets/storage/attach-temp/view/demo/default/${item.name}`)
+      expect(view.headers.get('content-length')).toBe(String(size))
+      let got = 0
+      for await (const c of view.body as any) got += c.length
+      expect(got).toBe(size)
+    })
+  })
+}
+
+describe('limits and start-up through the real server', () => {
+  it('cuts an upload over ATTACH_MAX_FILE_SIZE off with 413 and leaves nothing in tmp/', async () => {
+    const srv = await start({ ATTACH_MAX_FILE_SIZE: String(1024 * 1024) })
+    try {
+      const fd = new FormData()
+      fd.set('refDomain', 'demo')
+      fd.set('file', new Blob([new Uint8Array(3 * 1024 * 1024)]), 'big.bin')
+      const res = await fetch(`${srv.base}/api/storage/attach/tmp`, {
+        method: 'POST',
+        body: fd,
+        headers: { authorization: `Bearer ${await sign('1')}` },
+      })
+      expect(res.status).toBe(413)
+      expect(await res.json()).toMatchObject({ code: 'too-large' })
+      expect(await walk(join(srv.dataDir, 'tmp'))).toEqual([])
+      expect(await walk(join(srv.dataDir, 'files'))).toEqual([])
+    } finally {
+      await srv.close()
+    }
+  })
+
+  it('npm start: prints the listening line, serves, and stops cleanly', async () => {
+    const dataDir = await mkdtemp(join(tmpdir(), 'attach-start-'))
+    const child = spawn(process.execPath, ['--conditions=source', '--import', 'tsx', 'src/server.ts'], {
+      cwd: join(here, '..'),
+      env: { ...process.env, PORT: '0', ATTACH_DATA_DIR: dataDir },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    })
+    try {
+      const line = await new Promise<string>((resolve, reject) => {
+        let out = ''
+        child.stdout.on('data', (d) => {
+          out += d
+          const m = /listening on http:\/\/127\.0\.0\.1:(\d+)/.exec(out)
+          if (m) resolve(m[0])
+        })
+        child.on('exit', (code) => reject(new Error(`exited ${code}: ${out}`)))
+        setTimeout(() => reject(new Error(`no listening line: ${out}`)), 30_000)
+      })
+      const port = /:(\d+)$/.exec(line)![1]
+      const res = await fetch(`http://127.0.0.1:${port}/api/storage/config`)
+      expect(res.status).toBe(401)
+    } finally {
+      child.kill('SIGTERM')
+      await new Promise((r) => child.once('exit', r))
+      await rm(dataDir, { recursive: true, force: true })
+    }
+  })
+
+  it('refuses to start on a bad ATTACH_CONFIG, naming the problem', async () => {
+    const dataDir = await mkdtemp(join(tmpdir(), 'attach-bad-'))
+    const cfg = join(dataDir, 'attach.yaml')
+    await writeFile(cfg, 'attach:\n  default-store: nas\n  stores:\n    disk:\n      type: local\n')
+    const child = spawn(process.execPath, ['--conditions=source', '--import', 'tsx', 'src/server.ts'], {
+      cwd: join(here, '..'),
+      env: { ...process.env, PORT: '0', ATTACH_DATA_DIR: dataDir, ATTACH_CONFIG: cfg },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    })
+    let err = ''
+    child.stderr.on('data', (d) => (err += d))
+    const code = await new Promise((r) => child.once('exit', r))
+    await rm(dataDir, { recursive: true, force: true })
+    expect(code).toBe(1)
+    expect(err).toMatch(/names store "nas", which is not declared; declared stores: disk/)
+  })
+})
