@@ -1,21 +1,39 @@
-import { defineConfig } from 'tsup'
+import { existsSync, readdirSync, readFileSync } from 'node:fs'
+import { join } from 'node:path'
+import { defineConfig, type Options } from 'tsup'
 
-/** One build per published package; one entry per export of its package.json. */
-const pkg = (dir: string, entry: Record<string, string>) =>
-  defineConfig({
-    entry: Object.fromEntries(Object.entries(entry).map(([k, v]) => [k, `packages/${dir}/${v}`])),
-    outDir: `packages/${dir}/dist`,
-    format: ['esm'],
-    target: 'node20',
-    platform: 'node',
-    dts: true,
-    sourcemap: true,
-    clean: true,
-    splitting: true,
-    treeshake: true,
+/**
+ * One build per published package under packages/: its entries are the `source` conditions of its
+ * package.json `exports` map, written to the matching `import` paths under dist/.
+ */
+const builds: Options[] = readdirSync('packages', { withFileTypes: true })
+  .filter((d) => d.isDirectory() && existsSync(join('packages', d.name, 'package.json')))
+  .flatMap((d) => {
+    const dir = join('packages', d.name)
+    const pkg = JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8')) as {
+      exports?: Record<string, { source?: string; import?: string }>
+    }
+    const entry: Record<string, string> = {}
+    for (const target of Object.values(pkg.exports ?? {})) {
+      if (!target.source || !target.import) continue
+      const out = target.import.replace(/^\.\/dist\//, '').replace(/\.js$/, '')
+      if (existsSync(join(dir, target.source))) entry[out] = join(dir, target.source)
+    }
+    if (Object.keys(entry).length === 0) return []
+    return [
+      defineConfig({
+        entry,
+        outDir: join(dir, 'dist'),
+        format: ['esm'],
+        target: 'node20',
+        platform: 'node',
+        dts: true,
+        sourcemap: true,
+        clean: true,
+        splitting: true,
+        treeshake: true,
+      }) as Options,
+    ]
   })
 
-export default [
-  pkg('attach-storage', { index: 'src/index.ts', testing: 'src/testing.ts' }),
-  pkg('hono', { index: 'src/index.ts' }),
-].flat()
+export default builds
