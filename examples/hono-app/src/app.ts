@@ -1,215 +1,24 @@
-import { join, resolve } from 'node:path'
 import { Hono } from 'hono'
 import { cors } from 'hono/cors'
-import type { Kysely } from 'kysely'
 import { mountAttachStorage } from '@attach-storage/hono'
-import {
-  AttachStorageError,
-  badRequest,
-  bearerToken,
-  createAttachStorage,
-  createJwtVerifier,
-  dialectOf,
-  loadConfigFile,
-  mergeSettings,
-  notFound,
-  openDatabase,
-  unauthorized,
-  type AttachStorage,
-  type AuthUser,
-  type FileDescription,
-  type Logger,
-} from 'attach-storage'
+import { createReference, type Reference, type ServerEnv } from '@attach-storage/example-reference'
+import type { Logger } from 'attach-storage'
 
-/** The reference server's environment (see shared contract). */
-export interface ServerEnv {
-  PORT?: string
-  ATTACH_DATA_DIR?: string
-  ATTACH_JWT_SECRET?: string
-  ATTACH_CDN_URL?: string
-  ATTACH_MAX_FILE_SIZE?: string
-  ATTACH_CORS_ORIGINS?: string
-  ATTACH_DATABASE_URL?: string
-  ATTACH_CONFIG?: string
-  [key: string]: string | undefined
-}
-
-export const DEV_SECRET = 'attach-storage-development-secret-change-me'
-
-export interface ReferenceApp {
+export interface ReferenceApp extends Reference {
   app: Hono
-  storage: AttachStorage
-  db: Kysely<any>
-  close(): Promise<void>
 }
 
-/** Creates the `board` host table (the spec's list example) if it is not there. */
-async function migrateBoard(db: Kysely<any>): Promise<void> {
-  const dialect = dialectOf(db)
-  await db.schema
-    .createTable('board')
-    .ifNotExists()
-    .addColumn('id', dialect === 'postgres' ? 'bigserial' : dialect === 'mysql' ? 'bigint' : 'integer', (c) =>
-      dialect === 'postgres' ? c.primaryKey() : c.primaryKey().autoIncrement(),
-    )
-    .addColumn('title', 'varchar(200)', (c) => c.notNull())
-    .addColumn('body', 'text', (c) => c.notNull())
-    .addColumn('created_by', 'varchar(255)')
-    .addColumn('created_dt', 'varchar(24)', (c) => c.notNull())
-    .execute()
-  await db.schema.createIndex('board_created_dt_idx').ifNotExists().on('board').columns(['created_dt', 'id']).execute()
-  await db.schema.createIndex('board_title_idx').ifNotExists().on('board').columns(['title', 'id']).execute()
-}
-
-const boardRow = (r: Record<string, unknown>) => ({
-  id: Number(r.id),
-  title: r.title as string,
-  body: r.body as string,
-  createdBy: r.created_by === null ? null : /^\d+$/.test(String(r.created_by)) ? Number(r.created_by) : r.created_by,
-  createdDt: r.created_dt as string,
-})
-
-/** Builds the reference server of the contract from its environment. */
+/** The reference server of the contract on Hono: CORS, the two attach groups, and `/board`. */
 export async function createReferenceApp(env: ServerEnv = process.env, logger: Logger = console): Promise<ReferenceApp> {
-  const dataDir = resolve(env.ATTACH_DATA_DIR ?? './.data')
-  const secret = env.ATTACH_JWT_SECRET ?? DEV_SECRET
-  if (!env.ATTACH_JWT_SECRET) logger.warn('ATTACH_JWT_SECRET is not set: using the development secret; never do this in production')
-  const verify = createJwtVerifier({ secret })
-  const authenticate = (request: Request) => verify(bearerToken(request))
-
-  // The `private` category: a valid token (header or access_token query parameter); for a saved file,
-  // the token's user must be the one who created it.
-  const privateAccess = async (request: Request, file: FileDescription) => {
-    const token = bearerToken(request) ?? new URL(request.url).searchParams.get('access_token') ?? undefined
-    const user = await verify(token)
-    if (!user) return false
-    return file.id === null || String(file.createdBy) === String(user.id)
-  }
-
-  let settings: Record<string, unknown> = {
-    directory: { baseDir: join(dataDir, 'files'), tmpDir: join(dataDir, 'tmp') },
-    db: { type: 'sqlite', file: join(dataDir, 'attach.db') },
-    upload: { maxFileSize: env.ATTACH_MAX_FILE_SIZE ? Number(env.ATTACH_MAX_FILE_SIZE) : 104857600 },
-    domains: {
-      demo: { categories: { default: {}, image: { filters: ['image'] }, private: {} } },
-      board: { categories: { default: {}, image: { filters: ['image'] } } },
-    },
-  }
-  if (env.ATTACH_CDN_URL) settings.cdnUrl = env.ATTACH_CDN_URL
-  if (env.ATTACH_CONFIG) settings = mergeSettings(settings, await loadConfigFile(env.ATTACH_CONFIG))
-  const dbUrl = env.ATTACH_DATABASE_URL
-  const db = await openDatabase(
-    dbUrl
-      ? { type: dbUrl.startsWith('mysql') ? 'mysql' : 'postgres', url: dbUrl }
-      : { type: 'sqlite', file: join(dataDir, 'attach.db') },
-  )
-  let storage: AttachStorage
-  try {
-    await migrateBoard(db)
-    storage = await createAttachStorage({
-      config: settings,
-      db,
-      authenticate,
-      logger,
-      registrar(registry) {
-        registry.registerCategory('demo', 'private', { secureAccess: privateAccess })
-      },
-    })
-  } catch (err) {
-    await db.destroy()
-    throw err
-  }
-
+  const ref = await createReference(env, logger)
   const app = new Hono()
-  if (env.ATTACH_CORS_ORIGINS) {
-    const origins = env.ATTACH_CORS_ORIGINS.split(',').map((s) => s.trim()).filter(Boolean)
-    app.use(
-      '*',
-      cors({
-        origin: origins.includes('*') ? '*' : origins,
-        allowHeaders: ['Authorization', 'Content-Type', 'Range', 'If-None-Match', 'If-Modified-Since'],
-        allowMethods: ['GET', 'HEAD', 'POST', 'PUT', 'OPTIONS'],
-        exposeHeaders: ['x-app-total-count', 'x-app-page', 'x-app-data-count', 'Content-Disposition', 'Content-Range', 'ETag'],
-        maxAge: 600,
-      }),
-    )
+  if (ref.cors) {
+    const c = ref.cors
+    app.use('*', cors({ origin: c.origins, allowHeaders: c.allowHeaders, allowMethods: c.allowMethods, exposeHeaders: c.exposeHeaders, maxAge: c.maxAge }))
   }
-  mountAttachStorage(app, storage)
-
-  // The host entity `board`, whose save commits its attachments in the same request.
-  const requireUser = async (request: Request): Promise<AuthUser> => {
-    const user = await authenticate(request)
-    if (!user) throw unauthorized('A valid Bearer token is required')
-    return user
-  }
-  app.onError((err) => {
-    if (err instanceof AttachStorageError) return err.toResponse()
-    logger.error('board:', err)
-    return new AttachStorageError('internal-error', 'An internal error occurred', { status: 500 }).toResponse()
-  })
-  app.notFound(() => notFound('No such route').toResponse())
-
-  app.post('/board', async (c) => {
-    const user = await requireUser(c.req.raw)
-    let body: unknown
-    try {
-      body = await c.req.json()
-    } catch {
-      throw badRequest('The body is not valid JSON')
-    }
-    if (!body || typeof body !== 'object' || Array.isArray(body)) throw badRequest('The body must be a JSON object')
-    const { title, body: text, attachContainer } = body as Record<string, unknown>
-    if (typeof title !== 'string' || title.trim() === '' || title.length > 200) {
-      throw badRequest('title must be a non-empty string of at most 200 characters')
-    }
-    if (text !== undefined && typeof text !== 'string') throw badRequest('body must be a string')
-    if (attachContainer !== undefined && attachContainer !== null) {
-      if (typeof attachContainer !== 'object' || Array.isArray(attachContainer)) throw badRequest('attachContainer must be an AttachBag object')
-      const d = (attachContainer as { refDomain?: unknown }).refDomain
-      if (d !== undefined && d !== 'board') throw badRequest('attachContainer.refDomain must be "board"')
-    }
-    const createdDt = new Date().toISOString()
-    const values = { title, body: text ?? '', created_by: String(user.id), created_dt: createdDt }
-    const inserted =
-      dialectOf(db) === 'mysql'
-        ? await db.insertInto('board').values(values).executeTakeFirstOrThrow().then((r) => ({ id: Number(r.insertId), ...values }))
-        : await db.insertInto('board').values(values).returningAll().executeTakeFirstOrThrow()
-    const post = boardRow(inserted)
-    try {
-      await storage.commitAttachContainer({
-        refDomain: 'board',
-        refKey: post.id,
-        attachContainer: (attachContainer ?? null) as never,
-        entity: post,
-        user,
-      })
-    } catch (err) {
-      if (err instanceof AttachStorageError && err.code === 'attach-save-failure') {
-        // The post exists; the client resends the failed entries to the confirmed-save endpoint.
-        return c.json({ ...err.toJSON(), id: post.id, createdDt: post.createdDt }, 500)
-      }
-      throw err
-    }
-    const attachContainer2 = await storage.lookup('board', String(post.id))
-    return c.json({ ...post, attachContainer: attachContainer2 }, 201)
-  })
-
-  app.get('/board/:id', async (c) => {
-    await requireUser(c.req.raw)
-    const id = c.req.param('id')
-    if (!/^\d{1,15}$/.test(id)) throw badRequest('id must be a positive integer')
-    const row = await db.selectFrom('board').selectAll().where('id', '=', Number(id)).executeTakeFirst()
-    if (!row) throw notFound(`No board post ${id}`)
-    return c.json({ ...boardRow(row), attachContainer: await storage.lookup('board', id) })
-  })
-
-  return {
-    app,
-    storage,
-    db,
-    async close() {
-      await storage.close()
-      await db.destroy()
-    },
-  }
+  mountAttachStorage(app, ref.storage)
+  app.post('/board', (c) => ref.createBoard(c.req.raw))
+  app.get('/board/:id', (c) => ref.getBoard(c.req.raw, c.req.param('id')))
+  app.notFound(() => ref.notFound())
+  return { ...ref, app }
 }

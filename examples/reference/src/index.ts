@@ -1,0 +1,1 @@
+export { createReference, DEV_SECRET, type CorsSettings, type Reference, type ServerEnv } from './reference.js'
