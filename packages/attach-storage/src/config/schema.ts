@@ -140,6 +140,20 @@ export const AttachConfigSchema = v.object({
     }),
     {},
   ),
+  resize: v.optional(
+    v.object({
+      /** Largest image (width × height) the resizer decodes; larger ones are served as they are. @default 100000000 */
+      maxInputPixels: v.optional(v.pipe(v.number(), v.integer(), v.minValue(1)), 100_000_000),
+    }),
+    {},
+  ),
+  zip: v.optional(
+    v.object({
+      /** Most ids one ZIP request may name. @default 500 */
+      maxFiles: v.optional(v.pipe(v.number(), v.integer(), v.minValue(1)), 500),
+    }),
+    {},
+  ),
   /** Domains by code. Domains are never created from a request. */
   domains: v.optional(v.record(NAME, DomainSchema), {}),
 })

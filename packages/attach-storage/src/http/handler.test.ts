@@ -74,6 +74,7 @@ for (const dialect of DIALECTS) {
           domains: {
             demo: { store: 'local', categories: ['default', 'image', 'private', 'throws'] },
             board: { store: 'local', categories: ['default', 'image'] },
+            editor: { store: 'local', categories: ['default'] },
           },
         })
       })
@@ -198,7 +199,7 @@ for (const dialect of DIALECTS) {
         res = await kit.upload(`${API}/attach/tmp`, [['file', text('x'), 'x.txt']])
         expect(res.status).toBe(400)
         expect(await kit.files(kit.tmpDir)).toEqual(before)
-        expect(Object.keys((await (await kit.call(`${API}/config`)).json()).domains)).toEqual(['demo', 'board'])
+        expect(Object.keys((await (await kit.call(`${API}/config`)).json()).domains)).toEqual(['demo', 'board', 'editor'])
       })
       it('answers 400 to filters that are not a JSON object', async () => {
         for (const f of ['{not json', '[1,2]', '"size"', JSON.stringify({ size: 5 })]) {

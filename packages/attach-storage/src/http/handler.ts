@@ -1,8 +1,10 @@
+import { Readable } from 'node:stream'
 import { AttachStorageError, badRequest, notFound, tooLarge, unauthorized } from '../errors.js'
 import type { AttachStorage } from '../service/attach-storage.js'
 import type { AuthUser } from '../service/types.js'
+import { parseResizeRequest } from '../media/resize.js'
 import { receiveMultipart } from './multipart.js'
-import { serveFile } from './serve.js'
+import { contentDisposition, serveFile } from './serve.js'
 
 /** The JSON body limit of the JSON group (AttachBags, record lists). */
 const JSON_LIMIT = 2 * 1024 * 1024
@@ -81,6 +83,12 @@ function segments(pathname: string, prefix: string): string[] | undefined {
 
 const ACTIONS = new Set(['view', 'download'])
 
+/** A JavaScript string literal safe inside an HTML <script> element. */
+function scriptString(value: string): string {
+  // JSON escapes quotes and backslashes; these would end the script element or the line.
+  return JSON.stringify(value).replace(/[<>&'\u2028\u2029]/g, (c) => '\\u' + c.charCodeAt(0).toString(16).padStart(4, '0'))
+}
+
 function action(a: string | undefined): 'view' | 'download' {
   if (!a || !ACTIONS.has(a)) throw notFound('No such route')
   return a as 'view' | 'download'
@@ -134,6 +142,9 @@ export function createAttachHandler(storage: AttachStorage): AttachHandler {
         const body = await readJson(request)
         if (!body || typeof body !== 'object') throw badRequest('The body must be a JSON object')
         return json(await storage.directUrl(body as { refDomain: unknown; refKey: unknown }))
+      }
+      if (head === 'ckupload' && rest.length === 1 && (rest[0] === 'dnd' || rest[0] === 'modal') && method === 'POST') {
+        return await editorUpload(request, url, rest[0], user)
       }
       if (head !== 'attach') throw notFound('No such route')
 
@@ -195,18 +206,74 @@ export function createAttachHandler(storage: AttachStorage): AttachHandler {
     }
   }
 
+  /** CKEditor 4 / 5 uploads: part `upload`, a direct upload into domain `editor`. */
+  async function editorUpload(request: Request, url: URL, kind: 'dnd' | 'modal', user: AuthUser): Promise<Response> {
+    let funcNum: string | null = null
+    if (kind === 'modal') {
+      funcNum = url.searchParams.get('CKEditorFuncNum')
+      if (funcNum !== null && !/^\d{1,10}$/.test(funcNum)) throw badRequest('CKEditorFuncNum must be digits')
+    }
+    const upload = await receiveMultipart(request, storage, { fileFields: ['upload'] })
+    if (kind === 'modal') {
+      funcNum ??= upload.fields.CKEditorFuncNum ?? null
+      if (funcNum === null || !/^\d{1,10}$/.test(funcNum)) {
+        await storage.discardReceived(upload.files.map((f) => f.file))
+        throw badRequest('CKEditorFuncNum must be digits')
+      }
+    }
+    const files = upload.files.map((f) => f.file)
+    if (files.length !== 1) {
+      await storage.discardReceived(files)
+      throw badRequest('Send exactly one file as the multipart part "upload"', 'no-file')
+    }
+    const [item] = await storage.completeEditorUpload(files, { user })
+    const ok = item && 'url' in item ? item : undefined
+    const message = item && 'error' in item ? item.error.message : ''
+    if (kind === 'dnd') {
+      return json(ok ? { uploaded: 1, fileName: ok.displayName, url: ok.url } : { uploaded: 0, error: { message } })
+    }
+    const call = `window.parent.CKEDITOR.tools.callFunction(${funcNum}, ${scriptString(ok?.url ?? '')}, ${scriptString(message)});`
+    return new Response(`<!DOCTYPE html><html><body><script>${call}</script></body></html>`, {
+      headers: {
+        'content-type': 'text/html; charset=utf-8',
+        'x-content-type-options': 'nosniff',
+        'cache-control': 'no-store',
+      },
+    })
+  }
+
+  async function zipDownload(request: Request): Promise<Response> {
+    const { fileName, stream } = await storage.zip(request, await readJson(request))
+    request.signal?.addEventListener('abort', () => stream.destroy(), { once: true })
+    return new Response(Readable.toWeb(stream) as ReadableStream<Uint8Array>, {
+      headers: {
+        'content-type': 'application/zip',
+        'content-disposition': contentDisposition('attachment', fileName),
+        'x-content-type-options': 'nosniff',
+        'cache-control': 'no-store',
+      },
+    })
+  }
+
   async function assets(request: Request): Promise<Response> {
     try {
       if (!storage.config.enabled) throw notFound('Attachment storage is disabled')
       const url = new URL(request.url)
       const seg = segments(url.pathname, assetsPrefix)
       if (!seg) throw notFound('No such route')
-      if (request.method !== 'GET' && request.method !== 'HEAD') throw notFound('No such route')
       const [group, act, ...rest] = seg
+      if (request.method === 'POST' && group === 'attach' && act === 'download' && rest.length === 0) {
+        return await zipDownload(request)
+      }
+      if (request.method !== 'GET' && request.method !== 'HEAD') throw notFound('No such route')
+      if (group === 'editor' && act === 'image') {
+        return await serveFile(request, await storage.resolveEditorImage(request, rest), 'view')
+      }
       if (group === 'attach') {
         const a = action(act)
+        const resize = parseResizeRequest(url, request.headers.get('accept'))
         if (rest.length === 1 && /^\d{1,15}$/.test(rest[0]!)) {
-          return serveFile(request, await storage.resolveById(request, Number(rest[0])), a)
+          return await serveFile(request, await storage.resolveById(request, Number(rest[0]), resize), a)
         }
         if (rest.length === 3 || rest.length === 4) {
           const [refDomain, refKey, refCategory, idx] = rest as [string, string, string, string?]
@@ -214,18 +281,19 @@ export function createAttachHandler(storage: AttachStorage): AttachHandler {
             request,
             { refDomain, refKey, refCategory, idx: index(idx, 'idx') },
             lookupFilters(url),
+            resize,
           )
-          return serveFile(request, target, a)
+          return await serveFile(request, target, a)
         }
       }
       if (group === 'attach-temp' && rest.length === 3) {
         const [refDomain, refCategory, savedName] = rest as [string, string, string]
-        return serveFile(request, await storage.resolveTemporary(request, refDomain, refCategory, savedName), action(act))
+        return await serveFile(request, await storage.resolveTemporary(request, refDomain, refCategory, savedName), action(act))
       }
       if (group === 'attach-direct' && rest.length === 2) {
         const [refDomain, refCategory] = rest as [string, string]
         const target = await storage.resolveDirect(request, refDomain, refCategory, url.searchParams.get('path'))
-        return serveFile(request, target, action(act))
+        return await serveFile(request, target, action(act))
       }
       throw notFound('No such route')
     } catch (err) {

@@ -83,6 +83,7 @@ export async function serveFile(request: Request, target: ServeTarget, action: '
     target.cache === 'immutable' ? `${scope}, max-age=31536000, immutable` : `${scope}, no-cache`,
   )
   if (target.etag) headers.set('etag', quoteEtag(target.etag))
+  if (target.vary) headers.set('vary', target.vary)
   if (target.lastModified) headers.set('last-modified', target.lastModified.toUTCString())
 
   if (notModified(request, target)) return new Response(null, { status: 304, headers })

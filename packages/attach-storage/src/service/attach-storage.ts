@@ -4,7 +4,9 @@ import type { Kysely } from 'kysely'
 import { parseAttachConfig, type AttachConfigInput, type AttachConfigParsed } from '../config/schema.js'
 import { AttachStorageError, badRequest, configError, forbidden, notFound } from '../errors.js'
 import type { FileProbe } from '../filters/filters.js'
+import { isResizable, Resizer, variantKey, variantPrefix, type ResizeRequest } from '../media/resize.js'
 import { extensionOf, sniffType } from '../media/sniff.js'
+import { createZipStream, isCompressed, uniqueNames, type ZipSource } from '../media/zip.js'
 import type { AttachmentRecord, AttachmentView, BlobRecord } from '../model.js'
 import { Registry, type RegisteredCategory } from '../registry/registry.js'
 import { AttachRepository } from '../repository/attach-repository.js'
@@ -34,6 +36,30 @@ import type {
   SaveFailure,
 } from './types.js'
 
+/** The events a host can listen to; each fires once the fact is durable. */
+export interface AttachEvents {
+  /** A file passed its filters and is stored (temporary or direct upload). */
+  uploaded: {
+    kind: 'temporary' | 'direct' | 'editor'
+    refDomain: string
+    refCategory: string
+    name: string
+    savedDir: string | null
+    displayName: string
+    size: number
+    type: string
+    sha256: string
+    user: AuthUser | null
+  }
+  /** Records were created by a confirmed save or a host's commit (the successes of a partial failure too). */
+  saved: { refDomain: string; refKey: string; records: AttachmentRecord[]; user: AuthUser | null }
+  /** Records were deleted (their files go with their last record). */
+  deleted: { records: AttachmentRecord[] }
+}
+
+/** A hook; a throw (or rejection) is reported to the logger and never undoes what happened. */
+export type AttachEventHook<E extends keyof AttachEvents> = (event: AttachEvents[E]) => void | Promise<void>
+
 /** Options of {@link createAttachStorage}. */
 export interface AttachStorageOptions {
   /** The `attach` settings tree, kebab-case or camelCase (see docs/configuration.md). */
@@ -56,6 +82,8 @@ export interface AttachStorageOptions {
   importModule?: (specifier: string) => Promise<unknown>
   /** @internal The clock; tests replace it. */
   now?: () => Date
+  /** Event hooks, the same as calling `storage.on()` for each. */
+  on?: { [E in keyof AttachEvents]?: AttachEventHook<E> }
 }
 
 /** A file received from a request into the temporary area, not yet checked by any filter. */
@@ -122,9 +150,13 @@ export interface ServeTarget {
   cache: 'immutable' | 'revalidate'
   /** A secure-access function guards the file: caches must keep it private. */
   private: boolean
+  /** Request headers the answer depends on (`Accept` for negotiated formats). */
+  vary?: string
 }
 
 const TMP_PREFIX = '_tmp/'
+/** The domain of rich-text editor uploads. */
+export const EDITOR_DOMAIN = 'editor'
 const tmpKey = (name: string) => TMP_PREFIX + name
 const tmpMetaKey = (name: string) => `${TMP_PREFIX}${name}.meta.json`
 const DISPLAY_NAME_MAX = 1024
@@ -154,6 +186,10 @@ export class AttachStorage {
   #repo: AttachRepository | undefined
   #ownsDb = false
   #init: Promise<void> | undefined
+  /** Makes and caches resized variants. */
+  readonly resizer: Resizer
+  readonly #hooks = new Map<keyof AttachEvents, Set<AttachEventHook<any>>>()
+  readonly #pendingHooks = new Set<Promise<void>>()
 
   constructor(options: AttachStorageOptions = {}) {
     this.#options = options
@@ -162,6 +198,33 @@ export class AttachStorage {
     this.#now = options.now ?? (() => new Date())
     this.registry = new Registry(() => [...(this.#stores?.stores.keys() ?? [])])
     this.authenticate = options.authenticate ?? (options.jwt ? createJwtAuthenticator(options.jwt) : undefined)
+    this.resizer = new Resizer({ maxInputPixels: this.config.resize.maxInputPixels })
+    for (const [event, hook] of Object.entries(options.on ?? {})) {
+      if (hook) this.on(event as keyof AttachEvents, hook as AttachEventHook<keyof AttachEvents>)
+    }
+  }
+
+  /** Registers an event hook; returns a function that removes it. */
+  on<E extends keyof AttachEvents>(event: E, hook: AttachEventHook<E>): () => void {
+    let set = this.#hooks.get(event)
+    if (!set) this.#hooks.set(event, (set = new Set()))
+    set.add(hook)
+    return () => set.delete(hook)
+  }
+
+  #emit<E extends keyof AttachEvents>(event: E, payload: AttachEvents[E]): void {
+    for (const hook of this.#hooks.get(event) ?? []) {
+      const p: Promise<void> = Promise.resolve()
+        .then(() => hook(payload))
+        .catch((err) => this.logger.error(`attach-storage: a "${event}" hook failed`, err))
+        .finally(() => this.#pendingHooks.delete(p))
+      this.#pendingHooks.add(p)
+    }
+  }
+
+  /** Resolves once every hook called so far has finished (for shutdown and tests). */
+  async drainEvents(): Promise<void> {
+    while (this.#pendingHooks.size) await Promise.all([...this.#pendingHooks])
   }
 
   /** Initialises stores, database and registry, then runs the registrar. Idempotent. */
@@ -193,6 +256,11 @@ export class AttachStorage {
       }
     }
     await o.registrar?.(this.registry, this)
+    // Editor images land in domain `editor` as direct uploads, images only unless the host says otherwise.
+    if (!this.registry.domains().some((d) => d.name === EDITOR_DOMAIN)) {
+      this.registry.registerDomain(EDITOR_DOMAIN, { store: this.config.defaultStore })
+      this.registry.registerCategory(EDITOR_DOMAIN, 'default', { filters: ['image'] })
+    }
   }
 
   get #s(): StoreSet {
@@ -226,6 +294,7 @@ export class AttachStorage {
   async close(): Promise<void> {
     if (!this.#init) return
     await this.#init.catch(() => undefined)
+    await this.drainEvents()
     if (this.#ownsDb) await this.#repo?.close()
     const closing = new Set<Store>([...(this.#stores?.stores.values() ?? []), ...(this.#stores ? [this.#stores.tmpStore] : [])])
     await Promise.all([...closing].map((s) => s.close().catch(() => undefined)))
@@ -353,6 +422,18 @@ export class AttachStorage {
           createdDt: this.#now().toISOString(),
         }
         await this.#s.tmpStore.put(tmpMetaKey(f.name), Buffer.from(JSON.stringify(meta)), { contentType: 'application/json' })
+        this.#emit('uploaded', {
+          kind: 'temporary',
+          refDomain,
+          refCategory,
+          name: f.name,
+          savedDir: null,
+          displayName: f.displayName,
+          size: f.size,
+          type,
+          sha256: f.sha256,
+          user: input.user,
+        })
         items.push({
           name: f.name,
           displayName: f.displayName,
@@ -388,6 +469,7 @@ export class AttachStorage {
   async completeDirectUpload(
     files: ReceivedFile[],
     input: { refDomain: unknown; refCategory?: unknown; filters?: unknown; user: AuthUser | null },
+    kind: 'direct' | 'editor' = 'direct',
   ): Promise<DirectItem[]> {
     const done: Array<{ store: Store; key: string }> = []
     try {
@@ -406,10 +488,25 @@ export class AttachStorage {
         const key = storeKey(savedDir, f.name)
         await this.#transfer(this.#s.tmpStore, tmpKey(f.name), store, key, type)
         done.push({ store, key })
+        this.#emit('uploaded', {
+          kind,
+          refDomain,
+          refCategory,
+          name: f.name,
+          savedDir,
+          displayName: f.displayName,
+          size: f.size,
+          type,
+          sha256: f.sha256,
+          user: input.user,
+        })
         items.push({
           name: f.name,
           savedDir,
-          url: this.#directUrl(domain.store, refDomain, refCategory, savedDir, f.name),
+          url:
+            kind === 'editor'
+              ? this.#editorUrl(domain.store, refCategory, savedDir, f.name)
+              : this.#directUrl(domain.store, refDomain, refCategory, savedDir, f.name),
           displayName: f.displayName,
           size: f.size,
           type,
@@ -511,11 +608,13 @@ export class AttachStorage {
       await this.#deleteRecords([...mine])
     }
 
+    const created: AttachmentRecord[] = []
     for (const [refCategory, entries] of categories) {
       for (let index = 0; index < entries.length; index++) {
         const entry = entries[index]
         try {
-          await this.#commitEntry(entry, { refDomain, refKey, refCategory, sort: index, date, user: options.user })
+          const rec = await this.#commitEntry(entry, { refDomain, refKey, refCategory, sort: index, date, user: options.user })
+          if (rec) created.push(rec)
         } catch (err) {
           const reason = err instanceof AttachStorageError ? err.message : 'the file could not be saved'
           if (!(err instanceof AttachStorageError) || err.status >= 500) {
@@ -525,6 +624,7 @@ export class AttachStorage {
         }
       }
     }
+    if (created.length) this.#emit('saved', { refDomain, refKey, records: created, user: options.user })
     if (failures.length) {
       throw new AttachStorageError(
         'attach-save-failure',
@@ -540,7 +640,7 @@ export class AttachStorage {
   async #commitEntry(
     entry: unknown,
     ctx: { refDomain: string; refKey: string; refCategory: string; sort: number; date: Date; user: AuthUser | null },
-  ): Promise<void> {
+  ): Promise<AttachmentRecord | undefined> {
     if (!entry || typeof entry !== 'object' || Array.isArray(entry)) throw badRequest('entry must be an object')
     const e = entry as AttachBagEntry
     const ext = e.ext === undefined || e.ext === null ? null : String(e.ext).slice(0, 1024)
@@ -589,7 +689,7 @@ export class AttachStorage {
         { requireLive: true },
       )
       if (!rec) throw notFound(`The saved file ${savedName} was deleted meanwhile`)
-      return
+      return rec
     }
 
     const tmp = this.#s.tmpStore
@@ -653,6 +753,7 @@ export class AttachStorage {
       }
     }
     await tmp.delete(tmpMetaKey(savedName)).catch(() => undefined)
+    return rec ?? undefined
   }
 
   async #readHead(store: Store, key: string): Promise<Uint8Array> {
@@ -910,8 +1011,20 @@ export class AttachStorage {
   async #deleteRecords(ids: number[]): Promise<number> {
     if (!ids.length) return 0
     const { deleted, orphanBlobs } = await this.repository.markDeleted(ids)
-    await Promise.all(orphanBlobs.map((b) => this.#dropBlob(b)))
+    await Promise.all([...orphanBlobs.map((b) => this.#dropBlob(b)), ...deleted.map((r) => this.#dropVariants(r))])
+    if (deleted.length) this.#emit('deleted', { records: deleted })
     return deleted.length
+  }
+
+  /** Deletes every resize variant of a record (they live beside the original, under `_v/{id}/`). */
+  async #dropVariants(r: AttachmentRecord): Promise<void> {
+    try {
+      const store = this.store(r.store)
+      const prefix = variantPrefix(storeKey(r.savedDir, ''), r.id)
+      for await (const e of store.list(prefix)) await store.delete(e.key)
+    } catch (err) {
+      this.logger.warn(`attach-storage: deleting the variants of attachment ${r.id} failed`, err)
+    }
   }
 
   async #dropBlob(b: BlobRecord): Promise<void> {
@@ -927,10 +1040,10 @@ export class AttachStorage {
   // ---------------------------------------------------------------- serving
 
   /** Resolves a saved attachment by id, checking the category's secure-access function. */
-  async resolveById(request: Request, id: number): Promise<ServeTarget> {
+  async resolveById(request: Request, id: number, resize?: ResizeRequest): Promise<ServeTarget> {
     const r = await this.repository.findById(id)
     if (!r) throw notFound(`No attachment ${id}`)
-    return this.#serveRecord(request, r, 'immutable')
+    return this.#serveRecord(request, r, 'immutable', resize)
   }
 
   /** Resolves the `idx`-th attachment of a reference (after `ext`/`extAlt`/`fmetaValue`). */
@@ -938,6 +1051,7 @@ export class AttachStorage {
     request: Request,
     ref: { refDomain: string; refKey: string; refCategory: string; idx: number },
     filters: LookupFilters = {},
+    resize?: ResizeRequest,
   ): Promise<ServeTarget> {
     const bag = await this.lookup(ref.refDomain, ref.refKey, ref.refCategory, filters)
     const list = bag[ref.refCategory] as AttachmentView[]
@@ -945,16 +1059,44 @@ export class AttachStorage {
     if (!v) throw notFound(`No attachment at index ${ref.idx} of ${ref.refDomain}/${ref.refKey}/${ref.refCategory}`)
     const r = await this.repository.findById(v.id)
     if (!r) throw notFound(`No attachment ${v.id}`)
-    return this.#serveRecord(request, r, 'revalidate')
+    return this.#serveRecord(request, r, 'revalidate', resize)
   }
 
-  async #serveRecord(request: Request, r: AttachmentRecord, cache: ServeTarget['cache']): Promise<ServeTarget> {
+  async #serveRecord(
+    request: Request,
+    r: AttachmentRecord,
+    cache: ServeTarget['cache'],
+    resize?: ResizeRequest,
+  ): Promise<ServeTarget> {
     const category = this.registry.domain(r.refDomain).categories.get(r.refCategory)
     if (!category) throw notFound(`No attachment ${r.id}`)
     if (!(await this.checkAccess(request, category, describeRecord(r)))) throw forbidden()
+    const store = this.store(r.store)
+    const key = storeKey(r.savedDir, r.savedName)
+    if (resize && isResizable(r.fileType)) {
+      const vkey = variantKey(storeKey(r.savedDir, ''), r.id, resize)
+      const variant = await this.resizer.variant(store, key, vkey, r.fileType, resize, (err) =>
+        this.logger.warn(`attach-storage: attachment ${r.id} could not be resized; serving the original`, err),
+      )
+      if (variant) {
+        const ext = resize.format ? `.${resize.format === 'jpeg' ? 'jpg' : resize.format}` : undefined
+        return {
+          store,
+          key: variant.key,
+          displayName: ext ? r.displayName.replace(/(\.[^.]*)?$/, ext) : r.displayName,
+          fileType: variant.type,
+          fileSize: variant.size,
+          etag: `${r.sha256}-${resize.w ?? 0}x${resize.h ?? 0}${resize.format ?? ''}`,
+          lastModified: new Date(r.createdDt),
+          cache,
+          private: category.secureAccess !== undefined,
+          vary: resize.negotiated ? 'Accept' : undefined,
+        }
+      }
+    }
     return {
-      store: this.store(r.store),
-      key: storeKey(r.savedDir, r.savedName),
+      store,
+      key,
       displayName: r.displayName,
       fileType: r.fileType,
       fileSize: r.fileSize,
@@ -962,6 +1104,7 @@ export class AttachStorage {
       lastModified: new Date(r.createdDt),
       cache,
       private: category.secureAccess !== undefined,
+      vary: resize?.negotiated ? 'Accept' : undefined,
     }
   }
 
@@ -1007,6 +1150,79 @@ export class AttachStorage {
       cache: 'immutable',
       private: category.secureAccess !== undefined,
     }
+  }
+
+  #editorUrl(storeName: string, refCategory: string, savedDir: string, name: string): string {
+    const cdn = this.#cdnBase(storeName)
+    if (cdn) return cdn + storeKey(savedDir, name)
+    const [, , yyyy, MM] = savedDir.split('/')
+    return `${this.config.assetsPrefix}/editor/image/${refCategory}/${yyyy}/${MM}/${name}`
+  }
+
+  /**
+   * Rich-text editor upload: a direct upload into domain `editor` (category `default` unless given),
+   * through that category's filters (images only by default). Answers the direct items, whose `url` is
+   * the editor image route (or the CDN address).
+   */
+  completeEditorUpload(files: ReceivedFile[], input: { refCategory?: unknown; user: AuthUser | null }): Promise<DirectItem[]> {
+    return this.completeDirectUpload(files, { refDomain: EDITOR_DOMAIN, refCategory: input.refCategory, user: input.user }, 'editor')
+  }
+
+  /** Resolves `/editor/image/{category}/{yyyy}/{MM}/{savedName}` (secure-access checked like direct files). */
+  async resolveEditorImage(request: Request, parts: string[]): Promise<ServeTarget> {
+    if (parts.length !== 4) throw notFound('No such editor image')
+    const [refCategory, yyyy, MM, savedName] = parts as [string, string, string, string]
+    if (!/^\d{4}$/.test(yyyy) || !/^\d{2}$/.test(MM)) throw notFound('No such editor image')
+    return this.resolveDirect(request, EDITOR_DOMAIN, refCategory, `/${EDITOR_DOMAIN}/${yyyy}/${MM}/_/${refCategory}/${savedName}`)
+  }
+
+  /**
+   * A ZIP of several attachments, streamed: `{title?, ids}`. Files missing or refused by their category's
+   * secure-access function are skipped; when every one fails the answer is 404. Names follow the spec:
+   * `.zip` appended to `title`, else `{domain}_{category}_{yyyyMMddHHmmss}.zip` of the first file;
+   * duplicate names become `name_1.ext`, `name_2.ext`, ...
+   */
+  async zip(request: Request, body: unknown): Promise<{ fileName: string; stream: Readable }> {
+    if (!body || typeof body !== 'object' || Array.isArray(body)) throw badRequest('The body must be a JSON object {title, ids}')
+    const { title, ids } = body as { title?: unknown; ids?: unknown }
+    if (title !== undefined && title !== null && (typeof title !== 'string' || title.length > 200)) {
+      throw badRequest('title must be a string of at most 200 characters')
+    }
+    if (!Array.isArray(ids) || ids.length === 0) throw badRequest('ids must be a non-empty array of attachment ids')
+    if (ids.length > this.config.zip.maxFiles) throw badRequest(`A ZIP may name at most ${this.config.zip.maxFiles} ids`)
+    for (const id of ids) {
+      if (typeof id !== 'number' || !Number.isSafeInteger(id) || id <= 0) throw badRequest('ids must be positive integers')
+    }
+    const found = new Map((await this.repository.findByIds([...new Set(ids as number[])])).map((r) => [r.id, r]))
+    const allowed: AttachmentRecord[] = []
+    for (const id of ids as number[]) {
+      const r = found.get(id)
+      if (!r) continue
+      const category = this.registry.domain(r.refDomain).categories.get(r.refCategory)
+      if (category && (await this.checkAccess(request, category, describeRecord(r)))) allowed.push(r)
+    }
+    // Only files that are really there count: a record whose file is gone is skipped too.
+    const present: AttachmentRecord[] = []
+    for (const r of allowed) {
+      if (await this.store(r.store).exists(storeKey(r.savedDir, r.savedName)).catch(() => false)) present.push(r)
+    }
+    if (present.length === 0) throw notFound('None of the requested attachments could be found or may be downloaded')
+    const first = present[0]!
+    const stamp = this.#now().toISOString().replace(/\D/g, '').slice(0, 14)
+    let fileName = typeof title === 'string' && title.trim() ? cleanDisplayName(title.trim()) : `${first.refDomain}_${first.refCategory}_${stamp}.zip`
+    if (!fileName.toLowerCase().endsWith('.zip')) fileName += '.zip'
+    const unique = uniqueNames()
+    const sources: ZipSource[] = present.map((r) => ({
+      name: unique(r.displayName),
+      size: r.fileSize,
+      mtime: new Date(r.createdDt),
+      compress: !isCompressed(r.fileType),
+      open: () => this.store(r.store).get(storeKey(r.savedDir, r.savedName)),
+    }))
+    const stream = createZipStream(sources, {
+      onSkip: (src, err) => this.logger.warn(`attach-storage: ${src.name} left out of a ZIP`, err),
+    })
+    return { fileName, stream }
   }
 
   // ---------------------------------------------------------------- housekeeping
