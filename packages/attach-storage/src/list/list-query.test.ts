@@ -69,7 +69,7 @@ const ITEMS: Item[] = Array.from({ length: N }, (_, k) => {
   }
 })
 const ALICE = ITEMS.filter((r) => r.owner === 'alice')
-const ids = (rows: Array<{ id: unknown }>) => rows.map((r) => Number(r.id))
+const ids = (rows: ReadonlyArray<Record<string, any>>) => rows.map((r) => Number(r.id))
 const idsWhere = (pred: (r: Item) => boolean, from: Item[] = ITEMS) =>
   from
     .filter(pred)

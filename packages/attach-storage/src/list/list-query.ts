@@ -657,5 +657,5 @@ function keysetPredicate(order: readonly OrderEntry[], cursor: readonly unknown[
   if (order.length === 1) return any
   const bound =
     first.direction === 'asc' ? sql<boolean>`${sql.ref(first.column)} >= ${cursor[0]}` : sql<boolean>`${sql.ref(first.column)} <= ${cursor[0]}`
-  return sql<boolean>`${bound} and ${any}`
+  return sql<boolean>`(${bound} and ${any})`
 }

@@ -201,7 +201,7 @@ export function toWebRequest(req: IncomingMessage, res?: ServerResponse, options
       headers.delete('transfer-encoding')
       headers.delete('content-encoding')
       headers.set('content-length', String(typeof bytes === 'string' ? Buffer.byteLength(bytes) : bytes.byteLength))
-      body = bytes
+      body = bytes as BodyInit
     } else if (!consumed) body = streamFrom(req)
   }
   return new Request(url, { method, headers, body, signal: controller.signal, duplex: 'half' } as RequestInit)

@@ -1,0 +1,145 @@
+import { execFileSync } from 'node:child_process'
+import { createReadStream, createWriteStream } from 'node:fs'
+import { mkdtemp, open, rm } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { Readable, Writable } from 'node:stream'
+import { pipeline } from 'node:stream/promises'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { createZipStream, isCompressed, uniqueNames, type ZipSource } from './zip.js'
+
+let dir: string
+beforeAll(async () => {
+  dir = await mkdtemp(join(tmpdir(), 'attach-zip64-'))
+})
+afterAll(async () => {
+  await rm(dir, { recursive: true, force: true })
+})
+
+const src = (name: string, data: string | Buffer, compress = true): ZipSource => ({
+  name,
+  size: Buffer.byteLength(data),
+  mtime: new Date('2026-11-22T10:20:30Z'),
+  compress,
+  open: async () => Readable.from([Buffer.from(data)]),
+})
+
+/** Checks an archive with Python's zipfile: CRCs, names, flags, sizes, contents of the small members. */
+function inspect(file: string, read: string[] = []): any {
+  const script = `
+import json, sys, zipfile
+z = zipfile.ZipFile(sys.argv[1])
+want = json.loads(sys.argv[2])
+out = {"entries": [{"name": i.filename, "utf8": bool(i.flag_bits & 0x800), "method": i.compress_type, "size": i.file_size, "offset": i.header_offset} for i in z.infolist()]}
+out["data"] = {n: z.read(n).decode("utf-8") for n in want}
+if not want: out["bad"] = z.testzip()
+print(json.dumps(out))
+`
+  return JSON.parse(execFileSync('python3', ['-c', script, file, JSON.stringify(read)], { maxBuffer: 1 << 24 }).toString())
+}
+
+describe('createZipStream', () => {
+  it('writes an archive that a standard reader accepts', async () => {
+    const file = join(dir, 'small.zip')
+    const skipped: string[] = []
+    const sources: ZipSource[] = [
+      src('hello.txt', 'hello '.repeat(500)),
+      src('사진 모음/가.txt', '한국어 내용'),
+      { ...src('gone.txt', 'x'), open: () => Promise.reject(new Error('missing')) },
+      src('stored.bin', Buffer.alloc(1000, 7), false),
+      src('empty.txt', ''),
+    ]
+    await pipeline(createZipStream(sources, { onSkip: (s) => skipped.push(s.name) }), createWriteStream(file))
+    const z = inspect(file)
+    expect(z.bad).toBeNull()
+    expect(skipped).toEqual(['gone.txt'])
+    expect(z.entries.map((e: any) => [e.name, e.utf8, e.method, e.size])).toEqual([
+      ['hello.txt', true, 8, 3000],
+      ['사진 모음/가.txt', true, 8, Buffer.byteLength('한국어 내용')],
+      ['stored.bin', true, 0, 1000],
+      ['empty.txt', true, 8, 0],
+    ])
+    expect(inspect(file, ['사진 모음/가.txt']).data['사진 모음/가.txt']).toBe('한국어 내용')
+  })
+
+  it('writes an empty archive for no sources', async () => {
+    const chunks: Buffer[] = []
+    for await (const c of createZipStream([])) chunks.push(c)
+    const buf = Buffer.concat(chunks)
+    expect(buf.length).toBe(22)
+    expect(buf.readUInt32LE(0)).toBe(0x06054b50)
+  })
+
+  it('switches to zip64 past 4 GiB (sizes and offsets), read back by a standard reader', async () => {
+    // A sparse 4.2 GiB file costs no disk and reads fast; the archive itself is written to disk.
+    const big = join(dir, 'big.bin')
+    const size = 4.2 * 1024 ** 3 - ((4.2 * 1024 ** 3) % 4096)
+    const fh = await open(big, 'w')
+    await fh.truncate(size)
+    await fh.close()
+    const file = join(dir, 'big.zip')
+    const sources: ZipSource[] = [
+      src('before.txt', 'before'),
+      { name: 'big.bin', size, mtime: new Date(), compress: false, open: async () => createReadStream(big, { highWaterMark: 1 << 20 }) },
+      src('after.txt', 'after the 4 GiB mark'),
+    ]
+    // All-zero chunks become holes, so the 4.2 GiB archive costs no disk and no write time either.
+    const out = await open(file, 'w')
+    const zeros = Buffer.alloc(4 << 20)
+    let position = 0
+    await pipeline(
+      createZipStream(sources),
+      new Writable({
+        async write(chunk: Buffer, _e, cb) {
+          try {
+            if (chunk.length > zeros.length || !chunk.equals(zeros.subarray(0, chunk.length))) {
+              await out.write(chunk, 0, chunk.length, position)
+            }
+            position += chunk.length
+            cb()
+          } catch (err) {
+            cb(err as Error)
+          }
+        },
+      }),
+    )
+    await out.truncate(position)
+    await out.close()
+    const z = inspect(file, ['before.txt', 'after.txt'])
+    expect(z.entries.map((e: any) => [e.name, e.size])).toEqual([
+      ['before.txt', 6],
+      ['big.bin', size],
+      ['after.txt', 20],
+    ])
+    expect(z.entries[2].offset).toBeGreaterThan(2 ** 32)
+    expect(z.data['after.txt']).toBe('after the 4 GiB mark')
+    await rm(file)
+    await rm(big)
+  }, 180_000)
+})
+
+describe('uniqueNames', () => {
+  it('numbers duplicates name_1.ext, name_2.ext and cleans paths', () => {
+    const u = uniqueNames()
+    expect(['a.txt', 'a.txt', 'A.TXT', 'b', 'b', '../x', 'a_1.txt'].map(u)).toEqual([
+      'a.txt',
+      'a_1.txt',
+      'A_2.TXT',
+      'b',
+      'b_1',
+      '__x',
+      'a_1_1.txt',
+    ])
+  })
+})
+
+describe('isCompressed', () => {
+  it('stores compressed types and deflates the rest', () => {
+    for (const t of ['image/jpeg', 'image/png', 'video/mp4', 'audio/mpeg', 'application/zip', 'application/pdf', 'application/gzip']) {
+      expect(isCompressed(t), t).toBe(true)
+    }
+    for (const t of ['text/plain', 'application/json', 'image/svg+xml', 'application/octet-stream', 'image/bmp']) {
+      expect(isCompressed(t), t).toBe(false)
+    }
+  })
+})
