@@ -211,6 +211,7 @@ export async function createReference(env: ServerEnv = process.env, logger: Logg
         attachContainer: (attachContainer ?? null) as never,
         entity: post,
         user,
+        request,
       })
     } catch (err) {
       if (err instanceof AttachStorageError && err.code === 'attach-save-failure') {

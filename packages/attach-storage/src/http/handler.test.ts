@@ -296,6 +296,19 @@ for (const dialect of DIALECTS) {
         expect((await kit.files()).length).toBe(filesBefore.length - 1)
       })
 
+      it('lets only those who may see a guarded file reuse it by savedDir', async () => {
+        const up = await kit.upload(`${API}/attach/tmp`, [['refDomain', 'demo'], ['refCategory', 'private'], ['file', text('guarded'), 'g.txt']])
+        const name = (await up.json()).files[0].name
+        const [orig] = (await (await save(kit, '110', { private: [{ savedName: name }] })).json()).attachList
+        const entry = { savedName: orig.savedName, savedDir: orig.savedDir, displayName: 'again.txt' }
+        const other = await save(kit, '111', { private: [entry] }, '8')
+        expect(other.status).toBe(500)
+        expect((await other.json()).failures[0].reason).toMatch(/may not be reused/)
+        const mine = await save(kit, '111', { private: [entry] })
+        expect(mine.status).toBe(200)
+        expect((await mine.json()).attachList[0]).toMatchObject({ savedName: orig.savedName, refKey: '111' })
+      })
+
       it('reports a partial failure (500 attach-save-failure), keeps the successes, completes on resend', async () => {
         const good = await tmpUpload(kit, text('good'), 'good.txt')
         const later = await tmpUpload(kit, text('later'), 'later.txt')

@@ -189,7 +189,7 @@ export function createAttachHandler(storage: AttachStorage): AttachHandler {
       if (rest.length === 2 && method === 'POST') {
         const [refDomain, refKey] = rest as [string, string]
         storage.registry.domain(refDomain)
-        const attachList = await storage.commitBag(refDomain, refKey, await readJson(request), { user })
+        const attachList = await storage.commitBag(refDomain, refKey, await readJson(request), { user, request })
         return json({ success: true, attachList })
       }
       if (method === 'GET' && rest.length >= 2 && rest.length <= 4 && !rest.includes('')) {

@@ -554,7 +554,7 @@ export class AttachStorage {
     refDomainIn: unknown,
     refKeyIn: unknown,
     bag: unknown,
-    options: { user: AuthUser | null; date?: Date },
+    options: { user: AuthUser | null; date?: Date; request?: Request },
   ): Promise<AttachmentView[]> {
     this.#s
     if (typeof refDomainIn !== 'string') throw badRequest('refDomain is required')
@@ -613,7 +613,15 @@ export class AttachStorage {
       for (let index = 0; index < entries.length; index++) {
         const entry = entries[index]
         try {
-          const rec = await this.#commitEntry(entry, { refDomain, refKey, refCategory, sort: index, date, user: options.user })
+          const rec = await this.#commitEntry(entry, {
+            refDomain,
+            refKey,
+            refCategory,
+            sort: index,
+            date,
+            user: options.user,
+            request: options.request ?? null,
+          })
           if (rec) created.push(rec)
         } catch (err) {
           const reason = err instanceof AttachStorageError ? err.message : 'the file could not be saved'
@@ -639,7 +647,15 @@ export class AttachStorage {
 
   async #commitEntry(
     entry: unknown,
-    ctx: { refDomain: string; refKey: string; refCategory: string; sort: number; date: Date; user: AuthUser | null },
+    ctx: {
+      refDomain: string
+      refKey: string
+      refCategory: string
+      sort: number
+      date: Date
+      user: AuthUser | null
+      request: Request | null
+    },
   ): Promise<AttachmentRecord | undefined> {
     if (!entry || typeof entry !== 'object' || Array.isArray(entry)) throw badRequest('entry must be an object')
     const e = entry as AttachBagEntry
@@ -671,7 +687,7 @@ export class AttachStorage {
       const holders = (await this.#repo!.listByReference(source.refDomain, source.refKey)).filter((r) => r.blobId === blob.id)
       const holder = holders[0]
       if (!holder) throw notFound(`No saved file ${e.savedDir as string}${savedName}`)
-      if (!(await this.#mayRead(null, holder, ctx.user))) throw forbidden(`The file ${savedName} may not be reused here`)
+      if (!(await this.#mayRead(ctx.request, holder, ctx.user))) throw forbidden(`The file ${savedName} may not be reused here`)
       if (sourceDomain.store !== domain.store) throw badRequest('savedDir reuse across stores is not possible')
       const rec = await this.#repo!.createRecord(
         blob.id,
@@ -796,6 +812,8 @@ export class AttachStorage {
     entity?: Record<string, unknown>
     date?: Date | string
     user: AuthUser | null
+    /** The host's request, shown to secure-access functions when a `savedDir` entry reuses a guarded file. */
+    request?: Request
   }): Promise<AttachmentView[]> {
     const bag = input.attachContainer
     if (bag === null || bag === undefined) return []
@@ -809,7 +827,7 @@ export class AttachStorage {
       date = raw instanceof Date ? raw : new Date(raw as string | number)
       if (Number.isNaN(date.getTime())) throw badRequest(`The entity's ${domain.dateField} is not a date-time`)
     }
-    return this.commitBag(refDomain, input.refKey, bag, { user: input.user, date })
+    return this.commitBag(refDomain, input.refKey, bag, { user: input.user, date, request: input.request })
   }
 
   // ---------------------------------------------------------------- lookups
