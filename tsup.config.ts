@@ -12,7 +12,12 @@ const builds: Options[] = readdirSync('packages', { withFileTypes: true })
     const dir = join('packages', d.name)
     const pkg = JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8')) as {
       exports?: Record<string, { source?: string; import?: string }>
+      dependencies?: Record<string, string>
+      peerDependencies?: Record<string, string>
     }
+    // Dependencies stay imports (and their subpaths, e.g. attach-storage/testing); nothing is bundled in.
+    const deps = [...Object.keys(pkg.dependencies ?? {}), ...Object.keys(pkg.peerDependencies ?? {})]
+    const external = deps.map((d) => new RegExp(`^${d.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&')}(/.*)?$`))
     const entry: Record<string, string> = {}
     for (const target of Object.values(pkg.exports ?? {})) {
       if (!target.source || !target.import) continue
@@ -23,6 +28,7 @@ const builds: Options[] = readdirSync('packages', { withFileTypes: true })
     return [
       defineConfig({
         entry,
+        external,
         outDir: join(dir, 'dist'),
         format: ['esm'],
         target: 'node20',
