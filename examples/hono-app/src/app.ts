@@ -18,6 +18,7 @@ export async function createReferenceApp(env: ServerEnv = process.env, logger: L
   }
   mountAttachStorage(app, ref.storage)
   app.post('/board', (c) => ref.createBoard(c.req.raw))
+  app.get('/board', (c) => ref.listBoard(c.req.raw))
   app.get('/board/:id', (c) => ref.getBoard(c.req.raw, c.req.param('id')))
   app.notFound(() => ref.notFound())
   return { ...ref, app }

@@ -183,6 +183,62 @@ for (const dialect of ['sqlite', 'postgres'] as const) {
       }
     })
 
+    it('lists board posts by the list and pagination convention', async () => {
+      for (let i = 0; i < 5; i++) {
+        const res = await api('/board', { method: 'POST', body: JSON.stringify({ title: `list post ${i}` }) })
+        expect(res.status).toBe(201)
+      }
+      // No paging: every row, no paging headers, newest first (fallback id desc).
+      let res = await api('/board')
+      let rows = await res.json()
+      expect(res.headers.get('x-app-total-count')).toBeNull()
+      expect(rows.map((r: any) => r.id)).toEqual([...rows.map((r: any) => r.id)].sort((a: number, b: number) => b - a))
+      const total = rows.length
+      // Page 2 of 2 per page: headers and the running positionIdx across pages.
+      res = await api('/board?_usePaging=true&currentPage=2&dataPerPage=2')
+      rows = await res.json()
+      expect(res.headers.get('x-app-total-count')).toBe(String(total))
+      expect(res.headers.get('x-app-page')).toBe('2')
+      expect(res.headers.get('x-app-data-count')).toBe('2')
+      expect(rows.map((r: any) => r.positionIdx)).toEqual([3, 4])
+      res = await api('/board?_usePaging=true&skipCount=true&dataPerPage=2')
+      expect(res.headers.get('x-app-total-count')).toBeNull()
+      // q on the whitelist; an unknown field or op is dropped, never an error.
+      const q = encodeURIComponent(JSON.stringify({ conds: [{ field: 'title', op: 'like', val: 'list post' }, { field: 'body', op: 'eq', val: 'x' }, { field: 'id', op: 'like', val: 1 }] }))
+      rows = await (await api(`/board?q=${q}&sortBy=title:asc,nope:desc`)).json()
+      expect(rows.map((r: any) => r.title)).toEqual(['list post 0', 'list post 1', 'list post 2', 'list post 3', 'list post 4'])
+      // Bad input: 400 with a JSON body.
+      for (const bad of ['q=%7Bnot', `q=${encodeURIComponent('{"conds":5}')}`, 'currentPage=0', 'currentPage=abc', 'dataPerPage=-1']) {
+        res = await api(`/board?_usePaging=true&${bad}`)
+        expect(res.status, bad).toBe(400)
+        expect((await res.json()).code).toBe('bad-request')
+      }
+      expect((await api('/board', { token: null })).status).toBe(401)
+      // SQL-looking text is bound or dropped, never run.
+      const evil = encodeURIComponent(JSON.stringify({ conds: [{ field: "title; DROP TABLE board; --", op: 'eq', val: 1 }, { field: 'title', op: 'eq', val: "' OR 1=1 --" }] }))
+      expect(await (await api(`/board?q=${evil}&sortBy=${encodeURIComponent('id; DROP TABLE board')}:asc`)).json()).toEqual([])
+      expect((await (await api('/board')).json()).length).toBe(total)
+    })
+
+    it('pages the conditional attachment list and keeps each url index within its reference', async () => {
+      for (const key of ['31', '32']) {
+        const bag: Record<string, unknown[]> = { default: [] }
+        for (const n of ['a', 'b', 'c']) {
+          const t = await tmpUpload(new Blob([n]), `${key}-${n}.txt`, 'demo')
+          bag.default!.push({ savedName: t.name, displayName: `${key}-${n}.txt` })
+        }
+        expect((await api(`/api/storage/attach/demo/${key}`, { method: 'POST', body: JSON.stringify(bag) })).status).toBe(200)
+      }
+      const res = await api('/api/storage/attach?refDomain=demo&refKeyList=32,31&refCategoryList=default&_usePaging=true&currentPage=2&dataPerPage=2')
+      expect(res.headers.get('x-app-total-count')).toBe('6')
+      const rows = await res.json()
+      expect(rows.map((r: any) => [r.refKey, r.displayName, r.url])).toEqual([
+        ['31', '31-c.txt', '/assets/storage/attach/view/demo/31/default/2'],
+        ['32', '32-a.txt', '/assets/storage/attach/view/demo/32/default/0'],
+      ])
+      expect(await (await fetch(srv.base + rows[0].url)).text()).toBe('c')
+    })
+
     it('guards the private category with the token in the header or access_token, and the creator', async () => {
       const t = await tmpUpload(new Blob(['private bytes']), 'p.txt', 'demo', 'private')
       // Temporary preview: a valid token suffices.

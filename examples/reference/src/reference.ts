@@ -8,6 +8,9 @@ import {
   createAttachStorage,
   createJwtVerifier,
   dialectOf,
+  listResponse,
+  parseListRequest,
+  runList,
   loadConfigFile,
   mergeSettings,
   notFound,
@@ -17,6 +20,7 @@ import {
   type AttachStorage,
   type AuthUser,
   type FileDescription,
+  type ListProvider,
   type Logger,
 } from 'attach-storage'
 
@@ -57,6 +61,8 @@ export interface Reference {
   createBoard(request: Request): Promise<Response>
   /** GET /board/:id */
   getBoard(request: Request, id: string): Promise<Response>
+  /** GET /board: the spec's list and pagination convention. */
+  listBoard(request: Request): Promise<Response>
   /** CORS settings, or undefined when ATTACH_CORS_ORIGINS is unset. */
   cors: CorsSettings | undefined
   /** The JSON 404 answered for unknown routes. */
@@ -83,6 +89,20 @@ async function migrateBoard(db: Kysely<any>): Promise<void> {
     .execute()
   await db.schema.createIndex('board_created_dt_idx').ifNotExists().on('board').columns(['created_dt', 'id']).execute()
   await db.schema.createIndex('board_title_idx').ifNotExists().on('board').columns(['title', 'id']).execute()
+}
+
+/** GET /board's whitelist, sortable columns and fallback order (contract). */
+export const BOARD_LIST: ListProvider = {
+  fields: {
+    title: { type: 'string', ops: ['eq', 'like'] },
+    id: { type: 'integer', ops: ['eq', 'gt', 'lt'] },
+    createdDt: { type: 'datetime', ops: ['gt', 'lt'], column: 'created_dt' },
+  },
+  sortable: { id: 'id', title: 'title', createdDt: 'created_dt' },
+  primaryKey: 'id',
+  defaultOrder: [{ column: 'id', direction: 'desc' }],
+  positionIdx: true,
+  maxPerPage: 1000,
 }
 
 const boardRow = (r: Record<string, unknown>) => ({
@@ -231,12 +251,22 @@ export async function createReference(env: ServerEnv = process.env, logger: Logg
     return json({ ...boardRow(row), attachContainer: await storage.lookup('board', id) })
   })
 
+  const listBoard = guard(async (request: Request) => {
+    await requireUser(request)
+    const params = new URL(request.url).searchParams
+    const result = await runList(db.selectFrom('board').selectAll(), BOARD_LIST, parseListRequest(params, BOARD_LIST), {
+      mapRow: (row) => boardRow(row),
+    })
+    return listResponse(result)
+  })
+
   return {
     storage,
     attach: createAttachHandler(storage),
     db,
     createBoard,
     getBoard,
+    listBoard,
     cors,
     notFound: () => notFound('No such route').toResponse(),
     async close() {

@@ -66,3 +66,18 @@ export { migrateAttachSchema } from './repository/migrations.js'
 export { createAttachHandler, type AttachHandler, type FetchHandler } from './http/handler.js'
 export { contentDisposition } from './http/serve.js'
 export { isActiveContent, sniffType } from './media/sniff.js'
+export {
+  exportAll,
+  listResponse,
+  parseListRequest,
+  runList,
+  type ListField,
+  type ListFieldType,
+  type ListOp,
+  type ListProvider,
+  type ListRequest,
+  type ListResult,
+} from './list/list-query.js'
+export { createZipStream, isCompressed, uniqueNames, type ZipSource } from './media/zip.js'
+export { MAX_DIMENSION, parseResizeRequest, Resizer, type ResizeRequest } from './media/resize.js'
+export { EDITOR_DOMAIN, type AttachEventHook, type AttachEvents } from './service/attach-storage.js'

@@ -2,6 +2,7 @@ import { Readable } from 'node:stream'
 import { AttachStorageError, badRequest, notFound, tooLarge, unauthorized } from '../errors.js'
 import type { AttachStorage } from '../service/attach-storage.js'
 import type { AuthUser } from '../service/types.js'
+import { listResponse } from '../list/list-query.js'
 import { parseResizeRequest } from '../media/resize.js'
 import { receiveMultipart } from './multipart.js'
 import { contentDisposition, serveFile } from './serve.js'
@@ -173,7 +174,8 @@ export function createAttachHandler(storage: AttachStorage): AttachHandler {
         const keys = list(url.searchParams.get('refKeyList'))
         if (!keys) throw badRequest('refKeyList is required')
         if (keys.length > 1000) throw badRequest('refKeyList may name at most 1000 keys')
-        return json(await storage.listByReferences(refDomain, keys, list(url.searchParams.get('refCategoryList'))))
+        const result = await storage.listByReferences(refDomain, keys, list(url.searchParams.get('refCategoryList')), url.searchParams)
+        return listResponse(result)
       }
       // POST /attach (permanent delete)
       if (rest.length === 0 && method === 'POST') {

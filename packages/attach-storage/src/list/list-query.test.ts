@@ -496,6 +496,26 @@ for (const dialect of DIALECTS) {
       expect(tables).toContain('items')
     })
 
+    it('checks a hand-built request against the provider again', async () => {
+      const r = await runList(items(), provider, {
+        paging: true,
+        page: 1,
+        perPage: 500,
+        skipCount: false,
+        sort: [{ field: 'owner', direction: 'asc' }, { field: 'id) OR (1=1', direction: 'asc' }],
+        conds: [
+          { field: 'owner', op: 'eq', value: 'bob' },
+          { field: 'id', op: 'eq', value: '1 OR 1=1' },
+          { field: 'id', op: 'le', value: '3' },
+        ],
+      })
+      expect(ids(r.rows)).toEqual([3, 2, 1])
+      expect(r.perPage).toBe(50)
+      const bad = { paging: true, page: 0, perPage: 10, skipCount: false, sort: [], conds: [] }
+      await expect(runList(items(), provider, bad)).rejects.toMatchObject({ code: 'bad-request', status: 400 })
+      await expect(runList(items(), provider, { ...bad, page: 1, perPage: 0 })).rejects.toMatchObject({ code: 'bad-request' })
+    })
+
     it('answers through listResponse: a JSON array, the headers and no-store', async () => {
       const r = await list({ _usePaging: 'true', currentPage: '2', dataPerPage: '3', sortBy: 'id:asc' })
       const res = listResponse(r)

@@ -66,6 +66,8 @@ export interface MarkDeletedResult {
 /** Largest number of bound values put in one `IN (...)` list. */
 const IN_CHUNK = 500
 const INT32_MAX = 2_147_483_647
+/** How many times a transaction chosen as a deadlock victim is tried in all. */
+const DEADLOCK_ATTEMPTS = 4
 
 /**
  * The attachment records and the blobs (physical files) they point at, over a Kysely instance of SQLite,
@@ -89,6 +91,25 @@ export class AttachRepository {
     return this.#dialect
   }
 
+  /**
+   * Runs `fn` in a transaction. MySQL: at READ COMMITTED, like PostgreSQL's default, because InnoDB's
+   * REPEATABLE READ locks the gaps around what a locking read did not find (an unknown id passed to
+   * {@link markDeleted} locks the end of the table, where every new record goes), which deadlocks a
+   * delete against a concurrent reuse. A transaction the server still picks as a deadlock victim
+   * (MySQL 1213, PostgreSQL 40P01) is rolled back whole, so it is run again, a few times at most.
+   */
+  async #transaction<T>(fn: (trx: Trx) => Promise<T>): Promise<T> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        const builder = this.#db.transaction()
+        return await (this.#dialect === 'mysql' ? builder.setIsolationLevel('read committed') : builder).execute(fn)
+      } catch (err) {
+        if (attempt >= DEADLOCK_ATTEMPTS || this.#dialect === 'sqlite' || !isDeadlock(err)) throw err
+        await new Promise((resolve) => setTimeout(resolve, Math.floor(Math.random() * 20 * attempt)))
+      }
+    }
+  }
+
   /** Inserts a pending blob (`ref_count` 0): its file is being written and no record uses it yet. */
   async reserveBlob(blob: NewBlob): Promise<BlobRecord> {
     assertSize(blob.fileSize)
@@ -103,7 +124,7 @@ export class AttachRepository {
       created_dt: blob.createdDt,
       updated_dt: new Date().toISOString(),
     }
-    return this.#db.transaction().execute(async (trx) => {
+    return this.#transaction(async (trx) => {
       if (this.#dialect === 'mysql') {
         const result = await trx.insertInto(BLOB_TABLE).values(values).executeTakeFirstOrThrow()
         return mapBlob(await selectBlob(trx, Number(result.insertId)))
@@ -121,7 +142,7 @@ export class AttachRepository {
     assertId(blobId, 'blobId')
     assertSort(rec.sort)
     const createdBy = rec.createdBy === null || rec.createdBy === undefined ? null : String(rec.createdBy)
-    return this.#db.transaction().execute(async (trx) => {
+    return this.#transaction(async (trx) => {
       let claim = trx
         .updateTable(BLOB_TABLE)
         .set({ ref_count: sql<number>`ref_count + 1`, updated_dt: new Date().toISOString() })
@@ -300,7 +321,7 @@ export class AttachRepository {
       if (Object.keys(set).length > 0) planned.push({ id: u.id, set })
     }
     if (planned.length === 0) return 0
-    return this.#db.transaction().execute(async (trx) => {
+    return this.#transaction(async (trx) => {
       let changed = 0
       for (const { id, set } of planned) {
         const result = await trx.updateTable(FILE_TABLE).set(set).where('id', '=', id).where('deleted', '=', 0).executeTakeFirst()
@@ -318,7 +339,7 @@ export class AttachRepository {
   async markDeleted(ids: number[]): Promise<MarkDeletedResult> {
     const wanted = [...new Set(ids.filter(isId))].sort((a, b) => a - b)
     if (wanted.length === 0) return { deleted: [], orphanBlobs: [] }
-    return this.#db.transaction().execute(async (trx) => {
+    return this.#transaction(async (trx) => {
       const now = new Date().toISOString()
       const live: FileRow[] = []
       for (const part of chunk(wanted, IN_CHUNK)) {
@@ -369,7 +390,7 @@ export class AttachRepository {
    */
   async purgeBlob(blobId: number): Promise<boolean> {
     if (!isId(blobId)) return false
-    return this.#db.transaction().execute(async (trx) => {
+    return this.#transaction(async (trx) => {
       await trx.deleteFrom(FILE_TABLE).where('blob_id', '=', blobId).where('deleted', '=', 1).execute()
       const result = await trx.deleteFrom(BLOB_TABLE).where('id', '=', blobId).where('ref_count', '<=', 0).executeTakeFirst()
       return Number(result.numDeletedRows) > 0
@@ -404,6 +425,12 @@ async function selectBlob(trx: Trx, id: number): Promise<BlobRow> {
   return trx.selectFrom(BLOB_TABLE).selectAll().where('id', '=', id).executeTakeFirstOrThrow()
 }
 
+/** A deadlock error of MySQL (`ER_LOCK_DEADLOCK`, 1213) or PostgreSQL (`40P01`). */
+function isDeadlock(err: unknown): boolean {
+  const e = err as { errno?: unknown; code?: unknown } | null
+  return typeof e === 'object' && e !== null && (e.errno === 1213 || e.code === 'ER_LOCK_DEADLOCK' || e.code === '40P01')
+}
+
 function toNumber(value: DbInteger): number {
   return typeof value === 'number' ? value : Number(value)
 }
@@ -418,7 +445,7 @@ function mapCreatedBy(value: string | null): UserId | null {
   return value
 }
 
-function mapRecord(r: FileRow): AttachmentRecord {
+export function mapRecord(r: FileRow): AttachmentRecord {
   return {
     id: toNumber(r.id),
     refDomain: r.ref_domain,

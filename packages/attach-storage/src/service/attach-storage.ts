@@ -1,6 +1,6 @@
 import { join } from 'node:path'
 import type { Readable } from 'node:stream'
-import type { Kysely } from 'kysely'
+import { sql, type Kysely } from 'kysely'
 import { parseAttachConfig, type AttachConfigInput, type AttachConfigParsed } from '../config/schema.js'
 import { AttachStorageError, badRequest, configError, forbidden, notFound } from '../errors.js'
 import type { FileProbe } from '../filters/filters.js'
@@ -9,7 +9,8 @@ import { extensionOf, sniffType } from '../media/sniff.js'
 import { createZipStream, isCompressed, uniqueNames, type ZipSource } from '../media/zip.js'
 import type { AttachmentRecord, AttachmentView, BlobRecord } from '../model.js'
 import { Registry, type RegisteredCategory } from '../registry/registry.js'
-import { AttachRepository } from '../repository/attach-repository.js'
+import { AttachRepository, mapRecord } from '../repository/attach-repository.js'
+import { parseListRequest, runList, type ListProvider, type ListResult } from '../list/list-query.js'
 import { openDatabase } from '../repository/database.js'
 import { migrateAttachSchema } from '../repository/migrations.js'
 import type { Store, StoreFactory } from '../stores/store.js'
@@ -185,6 +186,7 @@ export class AttachStorage {
   #stores: StoreSet | undefined
   #repo: AttachRepository | undefined
   #ownsDb = false
+  #db: Kysely<any> | undefined
   #init: Promise<void> | undefined
   /** Makes and caches resized variants. */
   readonly resizer: Resizer
@@ -247,6 +249,7 @@ export class AttachStorage {
       this.#ownsDb = true
     }
     await migrateAttachSchema(db)
+    this.#db = db
     this.#repo = new AttachRepository(db)
     this.registry.markReady()
     for (const [name, d] of Object.entries(this.config.domains)) {
@@ -913,15 +916,45 @@ export class AttachStorage {
     return this.repository.countByReference(refDomain, checkRefKey(refKey), refCategory)
   }
 
-  /** Records of several references, ordered by refKey, refCategory, sort. */
-  async listByReferences(refDomain: string, refKeys: string[], refCategories?: string[]): Promise<AttachmentView[]> {
+  /**
+   * The conditional list: records of several references of a domain, ordered by refKey, refCategory,
+   * sort, following the list and pagination convention (`_usePaging`, `currentPage`, `dataPerPage`,
+   * `skipCount`, and `q` on displayName, ext, fmetaValue, fileType, createdDt). Each `url` carries the
+   * record's index within its own reference category, whatever page it is on.
+   */
+  async listByReferences(
+    refDomain: string,
+    refKeys: string[],
+    refCategories?: string[],
+    params: URLSearchParams = new URLSearchParams(),
+  ): Promise<ListResult<AttachmentView>> {
     this.registry.domain(refDomain)
     for (const c of refCategories ?? []) this.registry.category(refDomain, c)
     const keys = refKeys.map(checkRefKey)
-    const records = await this.repository.listByReferences(refDomain, keys, refCategories)
-    const out: AttachmentView[] = []
-    for (const key of new Set(records.map((r) => r.refKey))) out.push(...this.#views(records.filter((r) => r.refKey === key)))
-    return out
+    this.#s
+    const request = parseListRequest(params, ATTACHMENT_LIST)
+    const result = await runList(this.#db!.selectFrom('attach_file').selectAll(), ATTACHMENT_LIST, request, {
+      enforce: (qb) => {
+        let q = qb.where('ref_domain', '=', refDomain).where('deleted', '=', 0).where('ref_key', 'in', keys)
+        if (refCategories) q = refCategories.length ? q.where('ref_category', 'in', refCategories) : q.where(sql<boolean>`1 = 0`)
+        return q
+      },
+      mapRow: (row) => mapRecord(row as never),
+    })
+    // Each record's index within its reference category, from the full ordered lists of the page's references.
+    const pageKeys = [...new Set(result.rows.map((r) => r.refKey))]
+    const index = new Map<number, number>()
+    if (pageKeys.length) {
+      const all = await this.repository.listByReferences(refDomain, pageKeys, refCategories)
+      const pos = new Map<string, number>()
+      for (const r of all) {
+        const k = `${r.refKey}\u0000${r.refCategory}`
+        const i = pos.get(k) ?? 0
+        pos.set(k, i + 1)
+        index.set(r.id, i)
+      }
+    }
+    return { ...result, rows: result.rows.map((r) => this.#view(r, index.get(r.id) ?? 0)) }
   }
 
   /** The real address of the `index`-th (in `sort` order) attachment of a reference category. */
@@ -1271,6 +1304,25 @@ export class AttachStorage {
     }
     return { temporaryFiles, blobs }
   }
+}
+
+/** The search whitelist and order of the conditional attachment list. */
+const ATTACHMENT_LIST: ListProvider = {
+  fields: {
+    displayName: { type: 'string', ops: ['eq', 'like'], column: 'display_name' },
+    ext: { type: 'string', ops: ['eq', 'ne', 'in'], column: 'ext' },
+    fmetaValue: { type: 'string', ops: ['eq', 'in'], column: 'fmeta_value' },
+    fileType: { type: 'string', ops: ['eq', 'like'], column: 'file_type' },
+    createdDt: { type: 'datetime', ops: ['gt', 'ge', 'lt', 'le'], column: 'created_dt' },
+  },
+  sortable: {},
+  primaryKey: 'id',
+  defaultOrder: [
+    { column: 'ref_key', direction: 'asc' },
+    { column: 'ref_category', direction: 'asc' },
+    { column: 'sort', direction: 'asc' },
+  ],
+  maxPerPage: 1000,
 }
 
 /** The file description of a saved record, as the secure-access function sees it. */

@@ -1,0 +1,435 @@
+/**
+ * One suite, three reference apps (Hono, Express, Fastify), each through a real listening server: the
+ * same flows and the same bad input, answered with identical status codes and JSON bodies.
+ */
+import { spawn } from 'node:child_process'
+import { mkdtemp, readdir, rm } from 'node:fs/promises'
+import { createServer, request as httpRequest, type Server } from 'node:http'
+import { connect, type AddressInfo, type Socket } from 'node:net'
+import { tmpdir } from 'node:os'
+import { dirname, join } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { serve } from '@hono/node-server'
+import express from 'express'
+import Fastify from 'fastify'
+import { SignJWT } from 'jose'
+import sharp from 'sharp'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { mountAttachStorage } from '@attach-storage/express'
+import { attachStorage } from '@attach-storage/fastify'
+import type { Reference } from '@attach-storage/example-reference'
+import * as honoApp from '../../hono-app/src/app.js'
+import * as expressApp from '../../express-app/src/app.js'
+import * as fastifyApp from '../../fastify-app/src/app.js'
+
+const SECRET = 'adapters-test-secret-0123456789'
+const ORIGIN = 'https://app.example.com'
+const MAX_FILE = 1024 * 1024
+const here = dirname(fileURLToPath(import.meta.url))
+const quiet = { info() {}, warn() {}, error() {} }
+
+const sign = (sub: string, secret = SECRET) =>
+  new SignJWT({}).setProtectedHeader({ alg: 'HS256' }).setSubject(sub).setExpirationTime('1h').sign(new TextEncoder().encode(secret))
+
+interface Running {
+  ref: Reference
+  base: string
+  port: number
+  dataDir: string
+  close(): Promise<void>
+}
+
+type Env = Record<string, string>
+const listening = async (server: Server) => {
+  if (!server.listening) await new Promise((r) => server.once('listening', r))
+  return (server.address() as AddressInfo).port
+}
+
+/** Each app started in-process on port 0, the way its src/server.ts starts it. */
+const APPS = {
+  async hono(env: Env) {
+    const ref = await honoApp.createReferenceApp(env, quiet)
+    const server = serve({ fetch: ref.app.fetch, port: 0, hostname: '127.0.0.1' }) as Server
+    return { ref, port: await listening(server), stop: () => new Promise<void>((r) => (server.closeAllConnections(), server.close(() => r()))) }
+  },
+  async express(env: Env) {
+    const ref = await expressApp.createReferenceApp(env, quiet)
+    const server = createServer(ref.app).listen(0, '127.0.0.1')
+    return { ref, port: await listening(server), stop: () => new Promise<void>((r) => (server.closeAllConnections(), server.close(() => r()))) }
+  },
+  async fastify(env: Env) {
+    const ref = await fastifyApp.createReferenceApp(env, quiet)
+    await ref.app.listen({ port: 0, host: '127.0.0.1' })
+    return { ref, port: (ref.app.server.address() as AddressInfo).port, stop: () => ref.app.close() }
+  },
+} as const
+type AppName = keyof typeof APPS
+const NAMES = Object.keys(APPS) as AppName[]
+
+async function start(name: AppName, env: Env = {}): Promise<Running> {
+  const dataDir = await mkdtemp(join(tmpdir(), `attach-${name}-`))
+  const t0 = Date.now()
+  const { ref, port, stop } = await APPS[name]({ ATTACH_DATA_DIR: dataDir, ATTACH_JWT_SECRET: SECRET, ...env })
+  process.stderr.write(`TIMING ${name} start=${Date.now() - t0}\n`)
+  return {
+    ref,
+    port,
+    base: `http://127.0.0.1:${port}`,
+    dataDir,
+    async close() {
+      const t1 = Date.now()
+      await stop()
+      const t2 = Date.now()
+      await ref.close()
+      const t3 = Date.now()
+      await rm(dataDir, { recursive: true, force: true })
+      process.stderr.write(`TIMING ${name} stop=${t2 - t1} refclose=${t3 - t2} rm=${Date.now() - t3}\n`)
+    },
+  }
+}
+
+async function files(dir: string): Promise<string[]> {
+  try {
+    const entries = await readdir(dir, { withFileTypes: true, recursive: true })
+    return entries.filter((e) => e.isFile()).map((e) => join(e.parentPath, e.name)).sort()
+  } catch {
+    return []
+  }
+}
+const wait = (ms: number) => new Promise((r) => setTimeout(r, ms))
+async function until(check: () => Promise<boolean>, ms = 10_000): Promise<void> {
+  const end = Date.now() + ms
+  while (!(await check())) {
+    if (Date.now() > end) throw new Error('timed out')
+    await wait(25)
+  }
+}
+
+/** GET with the path sent byte for byte (fetch would resolve `..` segments first). */
+const rawGet = (port: number, path: string) =>
+  new Promise<{ status: number; body: unknown }>((resolve, reject) => {
+    httpRequest({ host: '127.0.0.1', port, path }, (res) => {
+      let text = ''
+      res.setEncoding('utf8')
+      res.on('data', (d) => (text += d))
+      res.on('end', () => resolve({ status: res.statusCode!, body: JSON.parse(text) }))
+    })
+      .on('error', reject)
+      .end()
+  })
+
+/** Starts a multipart upload on a raw socket, sends half of a file, and leaves. */
+async function abandonUpload(port: number, token: string, tmpDir: string): Promise<void> {
+  const before = await files(tmpDir)
+  const boundary = 'xABANDONx'
+  const head =
+    `--${boundary}\r\nContent-Disposition: form-data; name="refDomain"\r\n\r\ndemo\r\n` +
+    `--${boundary}\r\nContent-Disposition: form-data; name="file"; filename="half.bin"\r\nContent-Type: application/octet-stream\r\n\r\n`
+  const size = MAX_FILE - 1024
+  const socket = await new Promise<Socket>((resolve, reject) => {
+    const s = connect(port, '127.0.0.1', () => resolve(s))
+    s.once('error', reject)
+  })
+  socket.on('error', () => {})
+  socket.write(
+    `POST /api/storage/attach/tmp HTTP/1.1\r\nhost: 127.0.0.1\r\nauthorization: Bearer ${token}\r\n` +
+      `content-type: multipart/form-data; boundary=${boundary}\r\ncontent-length: ${Buffer.byteLength(head) + size + 64}\r\n\r\n` +
+      head,
+  )
+  socket.write(Buffer.alloc(size / 2, 1))
+  // The file is on its way into tmp/ when the client goes away.
+  await until(async () => (await files(tmpDir)).length > before.length)
+  socket.destroy()
+  await until(async () => (await files(tmpDir)).length === before.length)
+  expect(await files(tmpDir)).toEqual(before)
+}
+
+/** What each app answered to each case: compared across the apps at the end. */
+const transcripts: Partial<Record<AppName, Record<string, unknown>>> = {}
+
+for (const name of NAMES) {
+  describe(`${name} reference app`, () => {
+    let srv: Running
+    let alice: string
+    let bob: string
+    const log: Record<string, unknown> = {}
+    beforeAll(async () => {
+      srv = await start(name, { ATTACH_MAX_FILE_SIZE: String(MAX_FILE), ATTACH_CORS_ORIGINS: ORIGIN })
+      alice = await sign('1')
+      bob = await sign('2')
+      transcripts[name] = log
+    })
+    afterAll(async () => {
+      await srv?.close()
+    })
+
+    const call = (path: string, init: RequestInit & { token?: string | null } = {}) => {
+      const { token, ...rest } = init
+      const headers = new Headers(rest.headers)
+      if (token !== null) headers.set('authorization', `Bearer ${token ?? alice}`)
+      if (typeof rest.body === 'string' && !headers.has('content-type')) headers.set('content-type', 'application/json')
+      return fetch(srv.base + path, { ...rest, headers })
+    }
+    const upload = (fields: Record<string, string>, file?: [Blob, string], token?: string | null) => {
+      const fd = new FormData()
+      for (const [k, v] of Object.entries(fields)) fd.set(k, v)
+      if (file) fd.set('file', file[0], file[1])
+      return call('/api/storage/attach/tmp', { method: 'POST', body: fd, token })
+    }
+    const tmpDir = () => join(srv.dataDir, 'tmp')
+
+    it('saves a board post with its attachments in one request, then serves them', async () => {
+      const photo = await sharp({ create: { width: 20, height: 10, channels: 3, background: '#f80' } }).jpeg().toBuffer()
+      const img = (await (await upload({ refDomain: 'board', refCategory: 'image' }, [new Blob([new Uint8Array(photo)]), 'p.jpg'])).json()).files[0]
+      const doc = (await (await upload({ refDomain: 'board' }, [new Blob(['minutes']), 'minutes.txt'])).json()).files[0]
+      const res = await call('/board', {
+        method: 'POST',
+        body: JSON.stringify({
+          title: 'Post',
+          body: 'hello',
+          attachContainer: { refDomain: 'board', default: [{ savedName: doc.name, displayName: 'minutes.txt' }], image: [{ savedName: img.name, displayName: 'p.jpg' }] },
+        }),
+      })
+      expect(res.status).toBe(201)
+      const post = await res.json()
+      const got = await (await call(`/board/${post.id}`)).json()
+      expect(got).toMatchObject({ id: post.id, title: 'Post', body: 'hello', createdBy: 1 })
+      const view = await fetch(srv.base + got.attachContainer.image[0].url)
+      expect(view.headers.get('content-type')).toBe('image/jpeg')
+      expect(Buffer.from(await view.arrayBuffer()).equals(photo)).toBe(true)
+      const dl = await fetch(srv.base + got.attachContainer.default[0].url.replace('/view/', '/download/'))
+      expect(dl.headers.get('content-disposition')).toMatch(/^attachment; filename="minutes.txt"/)
+      expect(await dl.text()).toBe('minutes')
+      const head = await fetch(srv.base + got.attachContainer.default[0].url, { method: 'HEAD' })
+      expect([head.status, head.headers.get('content-length'), await head.text()]).toEqual([200, '7', ''])
+      const range = await fetch(srv.base + got.attachContainer.default[0].url, { headers: { range: 'bytes=1-3' } })
+      expect([range.status, await range.text()]).toEqual([206, 'inu'])
+      log.flow = {
+        post: Object.keys(post).sort(),
+        got: Object.keys(got).sort(),
+        image: Object.keys(got.attachContainer.image[0]).sort(),
+      }
+    })
+
+    it('refuses bad input with the contract status codes and JSON bodies', async () => {
+      const priv = (await (await upload({ refDomain: 'demo', refCategory: 'private' }, [new Blob(['secret']), 's.txt'])).json()).files[0]
+      const cases: Array<[string, string, RequestInit & { token?: string | null }, number, string]> = [
+        ['no token', '/api/storage/config', { token: null }, 401, 'unauthorized'],
+        ['wrong secret', '/api/storage/config', { token: await sign('1', 'another-secret-0123456789') }, 401, 'unauthorized'],
+        ['board without token', '/board', { method: 'POST', body: '{}', token: null }, 401, 'unauthorized'],
+        ['board get without token', '/board/1', { token: null }, 401, 'unauthorized'],
+        ['malformed confirmed save', '/api/storage/attach/demo/1', { method: 'POST', body: '{"x":' }, 400, 'bad-request'],
+        ['confirmed save as text', '/api/storage/attach/demo/1', { method: 'POST', body: 'x', headers: { 'content-type': 'text/plain' } }, 400, 'bad-request'],
+        ['confirmed save unknown domain', '/api/storage/attach/nope/1', { method: 'POST', body: '{}' }, 400, 'unknown-domain'],
+        ['malformed board', '/board', { method: 'POST', body: '{"title":' }, 400, 'bad-request'],
+        ['board of another domain', '/board', { method: 'POST', body: JSON.stringify({ title: 'x', attachContainer: { refDomain: 'demo' } }) }, 400, 'bad-request'],
+        ['board unknown category', '/board', { method: 'POST', body: JSON.stringify({ title: 'x', attachContainer: { refDomain: 'board', nope: [] } }) }, 400, 'unknown-category'],
+        ['board id', '/board/abc', {}, 400, 'bad-request'],
+        ['list without refDomain', '/api/storage/attach?refKeyList=1', {}, 400, 'bad-request'],
+        ['bad percent-encoding', '/api/storage/attach/demo/%zz', {}, 400, 'bad-request'],
+        ['private temp without token', `/assets/storage/attach-temp/view/demo/private/${priv.name}`, { token: null }, 403, 'forbidden'],
+        ['no such record', '/assets/storage/attach/view/424242', { token: null }, 404, 'not-found'],
+        ['no such post', '/board/999999', {}, 404, 'not-found'],
+        ['no such route', '/nowhere', {}, 404, 'not-found'],
+        ['no such api route', '/api/storage/nope', {}, 404, 'not-found'],
+        ['assets by PUT', '/assets/storage/attach/view/1', { method: 'PUT', body: '{}' }, 404, 'not-found'],
+        ['traversal %2F', '/assets/storage/attach-temp/view/demo/default/..%2F..%2Fattach.db', { token: null }, 404, 'not-found'],
+        ['traversal %2e', '/assets/storage/attach-temp/view/demo/default/%2e%2e%2f%2e%2e%2fattach.db', { token: null }, 404, 'not-found'],
+        ['traversal direct path', '/assets/storage/attach-direct/view/demo/default?path=../../attach.db', { token: null }, 404, 'not-found'],
+        ['traversal refKey', '/assets/storage/attach/view/demo/..%5c..%5cx/default', { token: null }, 400, 'bad-request'],
+        ['traversal category', '/assets/storage/attach/view/demo/x/..%2f', { token: null }, 400, 'unknown-category'],
+      ]
+      for (const [label, path, init, status, code] of cases) {
+        const res = await call(path, init)
+        const body = await res.json()
+        expect([label, res.status, body.code]).toEqual([label, status, code])
+        log[label] = [res.status, body]
+      }
+      const uploads: Array<[string, Record<string, string>, [Blob, string] | undefined, number, string]> = [
+        ['upload unknown domain', { refDomain: 'nope' }, [new Blob(['x']), 'x.txt'], 400, 'unknown-domain'],
+        ['upload unknown category', { refDomain: 'demo', refCategory: 'nope' }, [new Blob(['x']), 'x.txt'], 400, 'unknown-category'],
+        ['upload without domain', {}, [new Blob(['x']), 'x.txt'], 400, 'bad-request'],
+        ['upload without file', { refDomain: 'demo' }, undefined, 400, 'no-file'],
+      ]
+      for (const [label, fields, file, status, code] of uploads) {
+        const res = await upload(fields, file)
+        const body = await res.json()
+        expect([label, res.status, body.code]).toEqual([label, status, code])
+        log[label] = [res.status, body]
+      }
+      const nonImage = await (await upload({ refDomain: 'demo', refCategory: 'image' }, [new Blob(['not an image']), 'fake.png'])).json()
+      log['upload non-image'] = nonImage.files.map((f: { error?: unknown }) => f.error)
+      // A path sent as is, `..` segments and all: never leaves the groups.
+      for (const path of ['/assets/storage/../../attach.db', '/assets/storage/attach-temp/view/demo/default/../../../../attach.db']) {
+        const res = await rawGet(srv.port, path)
+        expect(res.status).toBe(404)
+        log[`raw ${path}`] = res
+      }
+    })
+
+    it('cuts an upload over ATTACH_MAX_FILE_SIZE off with 413 and leaves nothing behind', async () => {
+      const tmpBefore = await files(tmpDir())
+      const savedBefore = await files(join(srv.dataDir, 'files'))
+      const res = await upload({ refDomain: 'demo' }, [new Blob([new Uint8Array(3 * MAX_FILE)]), 'big.bin'])
+      expect(res.status).toBe(413)
+      const body = await res.json()
+      expect(body.code).toBe('too-large')
+      log['413'] = [res.status, body]
+      await until(async () => (await files(tmpDir())).length === tmpBefore.length, 5_000)
+      expect(await files(tmpDir())).toEqual(tmpBefore)
+      expect(await files(join(srv.dataDir, 'files'))).toEqual(savedBefore)
+    })
+
+    it('leaves nothing in tmp/ when the client disconnects mid-upload', async () => {
+      await abandonUpload(srv.port, alice, tmpDir())
+      // The server still serves afterwards.
+      expect((await call('/api/storage/config')).status).toBe(200)
+    })
+
+    it('answers CORS preflights without authentication for the configured origin only', async () => {
+      const preflight = (origin: string) =>
+        fetch(`${srv.base}/api/storage/attach/tmp`, {
+          method: 'OPTIONS',
+          headers: { origin, 'access-control-request-method': 'PUT', 'access-control-request-headers': 'authorization,content-type' },
+        })
+      const ok = await preflight(ORIGIN)
+      const list = (h: string | null) => (h ?? '').split(',').map((s) => s.trim().toLowerCase())
+      const seen = {
+        status: ok.status,
+        origin: ok.headers.get('access-control-allow-origin'),
+        methods: list(ok.headers.get('access-control-allow-methods')),
+        headers: list(ok.headers.get('access-control-allow-headers')),
+        maxAge: ok.headers.get('access-control-max-age'),
+      }
+      expect(seen).toMatchObject({ status: 204, origin: ORIGIN, maxAge: '600' })
+      expect(seen.methods).toEqual(expect.arrayContaining(['get', 'post', 'put']))
+      expect(seen.headers).toEqual(expect.arrayContaining(['authorization', 'content-type']))
+      expect((await preflight('https://evil.example.com')).headers.get('access-control-allow-origin')).toBeNull()
+      const actual = await call('/api/storage/config', { headers: { origin: ORIGIN } })
+      expect(actual.headers.get('access-control-allow-origin')).toBe(ORIGIN)
+      expect(list(actual.headers.get('access-control-expose-headers'))).toEqual(expect.arrayContaining(['x-app-total-count', 'content-disposition']))
+      const other = await call('/api/storage/config', { headers: { origin: 'https://evil.example.com' } })
+      expect(other.headers.get('access-control-allow-origin')).toBeNull()
+      log.cors = seen
+    })
+
+    it('guards the private category by the token in the header or access_token, and the creator', async () => {
+      const t = (await (await upload({ refDomain: 'demo', refCategory: 'private' }, [new Blob(['mine']), 'm.txt'])).json()).files[0]
+      const saved = await call('/api/storage/attach/demo/77', { method: 'POST', body: JSON.stringify({ private: [{ savedName: t.name }] }) })
+      const rec = (await saved.json()).attachList[0]
+      const url = `${srv.base}/assets/storage/attach/view/${rec.id}`
+      const statuses = [
+        (await fetch(url)).status,
+        (await fetch(`${url}?access_token=${bob}`)).status,
+        (await fetch(url, { headers: { authorization: `Bearer ${bob}` } })).status,
+        (await fetch(`${url}?access_token=${alice}`)).status,
+        (await fetch(url, { headers: { authorization: `Bearer ${alice}` } })).status,
+      ]
+      expect(statuses).toEqual([403, 403, 403, 200, 200])
+      log.private = statuses
+    })
+  })
+}
+
+describe('identical answers across the three apps', () => {
+  it('has the same status codes and JSON bodies in every case', () => {
+    expect(Object.keys(transcripts)).toEqual(NAMES)
+    expect(Object.keys(transcripts.hono!).length).toBeGreaterThan(30)
+    expect(transcripts.express).toEqual(transcripts.hono)
+    expect(transcripts.fastify).toEqual(transcripts.hono)
+  })
+})
+
+describe('host middleware around the adapters', () => {
+  let srv: Running
+  let auth: { authorization: string }
+  beforeAll(async () => {
+    srv = await start('express')
+    auth = { authorization: `Bearer ${await sign('3')}` }
+  })
+  afterAll(async () => {
+    await srv?.close()
+  })
+
+  /** Upload, then a JSON confirmed save, through an app of the host's making. */
+  async function uploadAndSave(base: string, key: string) {
+    const fd = new FormData()
+    fd.set('refDomain', 'demo')
+    fd.set('file', new Blob(['host bytes']), 'h.txt')
+    const up = await fetch(`${base}/api/storage/attach/tmp`, { method: 'POST', body: fd, headers: auth })
+    expect(up.status).toBe(200)
+    const name = (await up.json()).files[0].name
+    const saved = await fetch(`${base}/api/storage/attach/demo/${key}`, {
+      method: 'POST',
+      body: JSON.stringify({ default: [{ savedName: name }] }),
+      headers: { ...auth, 'content-type': 'application/json' },
+    })
+    expect(saved.status).toBe(200)
+    const rec = (await saved.json()).attachList[0]
+    expect(await (await fetch(base + rec.url)).text()).toBe('host bytes')
+  }
+
+  it('Express: the host body parsers mounted before the mount break neither uploads nor JSON routes', async () => {
+    const app = express()
+    app.use(express.json())
+    app.use(express.urlencoded({ extended: true }))
+    app.post('/host/echo', (req, res) => void res.json(req.body))
+    mountAttachStorage(app, srv.ref.storage)
+    const server = createServer(app).listen(0, '127.0.0.1')
+    const base = `http://127.0.0.1:${await listening(server)}`
+    try {
+      await uploadAndSave(base, 'express-host')
+      const echo = await fetch(`${base}/host/echo`, { method: 'POST', body: new URLSearchParams({ a: '1' }) })
+      expect(await echo.json()).toEqual({ a: '1' })
+      await abandonUpload(await listening(server), auth.authorization.slice(7), join(srv.dataDir, 'tmp'))
+    } finally {
+      server.closeAllConnections()
+      await new Promise((r) => server.close(r))
+    }
+  })
+
+  it('Fastify: the host routes keep their parsers beside the plugin', async () => {
+    const app = Fastify()
+    app.post('/host/echo', async (request) => ({ parsed: request.body }))
+    await app.register(attachStorage, { storage: srv.ref.storage })
+    const base = await app.listen({ port: 0, host: '127.0.0.1' })
+    try {
+      await uploadAndSave(base, 'fastify-host')
+      const echo = await fetch(`${base}/host/echo`, { method: 'POST', body: JSON.stringify({ a: 1 }), headers: { 'content-type': 'application/json' } })
+      expect(await echo.json()).toEqual({ parsed: { a: 1 } })
+    } finally {
+      await app.close()
+    }
+  })
+})
+
+describe.each(['express', 'fastify'])('npm run start:%s', (name) => {
+  it('prints the listening line, serves, and stops cleanly on SIGTERM', async () => {
+    const dataDir = await mkdtemp(join(tmpdir(), `attach-start-${name}-`))
+    const child = spawn(process.execPath, ['--conditions=source', '--import', 'tsx', 'src/server.ts'], {
+      cwd: join(here, '..', '..', `${name}-app`),
+      env: { ...process.env, PORT: '0', ATTACH_DATA_DIR: dataDir },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    })
+    try {
+      const port = await new Promise<string>((resolve, reject) => {
+        let out = ''
+        child.stdout.on('data', (d) => {
+          out += d
+          const m = /^listening on http:\/\/127\.0\.0\.1:(\d+)$/m.exec(out)
+          if (m) resolve(m[1]!)
+        })
+        child.on('exit', (code) => reject(new Error(`exited ${code}: ${out}`)))
+        setTimeout(() => reject(new Error(`no listening line: ${out}`)), 30_000)
+      })
+      const res = await fetch(`http://127.0.0.1:${port}/api/storage/config`)
+      expect(res.status).toBe(401)
+      expect(await res.json()).toMatchObject({ code: 'unauthorized' })
+    } finally {
+      child.kill('SIGTERM')
+      const code = await new Promise((r) => child.once('exit', r))
+      await rm(dataDir, { recursive: true, force: true })
+      expect(code).toBe(0)
+    }
+  })
+})

@@ -1,0 +1,57 @@
+import cors from 'cors'
+import express, { type ErrorRequestHandler, type Express } from 'express'
+import { fromWebHandler, mountAttachStorage } from '@attach-storage/express'
+import { createReference, type Reference, type ServerEnv } from '@attach-storage/example-reference'
+import { AttachStorageError, type Logger } from 'attach-storage'
+import { writeWebResponse } from 'attach-storage/node'
+
+export interface ReferenceApp extends Reference {
+  /** The Express app, not listening: `createServer(app).listen(port)`. */
+  app: Express
+}
+
+/** GET /board, when the reference provides it. */
+type ListBoard = (request: Request) => Promise<Response>
+
+/**
+ * The reference server of the contract on Express 5: CORS, the two attach groups, and `/board`, with the
+ * same answers as the Hono app (examples/hono-app). Builds the app without listening.
+ */
+export async function createReferenceApp(env: ServerEnv = process.env, logger: Logger = console): Promise<ReferenceApp> {
+  const ref = await createReference(env, logger)
+  const app = express()
+  app.disable('x-powered-by')
+  // Route like Hono does: `/board/1/` and `/BOARD/1` are not `/board/1`.
+  app.set('strict routing', true)
+  app.set('case sensitive routing', true)
+  if (ref.cors) {
+    const c = ref.cors
+    app.use(cors({ origin: c.origins, allowedHeaders: c.allowHeaders, methods: c.allowMethods, exposedHeaders: c.exposeHeaders, maxAge: c.maxAge }))
+  }
+  mountAttachStorage(app, ref.storage)
+
+  // The host entity `board`: its routes are Web handlers, so no body parser is needed for them.
+  app.post('/board', fromWebHandler(ref.createBoard))
+  const listBoard = (ref as Reference & { listBoard?: ListBoard }).listBoard
+  if (listBoard) app.get('/board', fromWebHandler((request) => listBoard(request)))
+  app.get('/board/:id', (req, res, next) => fromWebHandler((request) => ref.getBoard(request, req.params.id))(req, res, next))
+
+  app.use(fromWebHandler(async () => ref.notFound()))
+  // Express's own failures (a path parameter that is not valid percent-encoding) answer JSON like the rest.
+  const onError: ErrorRequestHandler = (err, _req, res, _next) => {
+    const status = Number.isInteger(err?.status) && err.status >= 400 && err.status < 500 ? (err.status as number) : 500
+    if (status === 500) logger.error('express:', err)
+    const error =
+      status === 500
+        ? new AttachStorageError('internal-error', 'An internal error occurred', { status })
+        : new AttachStorageError(
+            status === 404 ? 'not-found' : status === 413 ? 'too-large' : 'bad-request',
+            // The same words as the attach handlers for a path that is not valid percent-encoding.
+            err instanceof URIError ? 'The path is not valid percent-encoding' : 'The request is not valid',
+            { status },
+          )
+    void writeWebResponse(res, error.toResponse())
+  }
+  app.use(onError)
+  return { ...ref, app }
+}
