@@ -36,7 +36,12 @@ export function json(body: unknown, status = 200, headers?: HeadersInit): Respon
 /** Turns any error into its JSON answer; unexpected errors become a bare 500 (logged, never a stack). */
 export function errorResponse(err: unknown, storage: AttachStorage): Response {
   if (err instanceof AttachStorageError) {
-    if (err.status >= 500 && err.code !== 'attach-save-failure') storage.logger.error('attach-storage:', err)
+    if (err.status >= 500 && err.code !== 'attach-save-failure') {
+      // Server-side detail (store names, keys, hosts) goes to the log, not to the client.
+      storage.logger.error('attach-storage:', err)
+      const message = err.status === 503 ? 'The service is not ready' : 'The storage backend failed; try again later'
+      return new AttachStorageError(err.code, message, { status: err.status }).toResponse()
+    }
     return err.toResponse()
   }
   storage.logger.error('attach-storage: unexpected error', err)

@@ -627,7 +627,8 @@ export class AttachStorage {
           })
           if (rec) created.push(rec)
         } catch (err) {
-          const reason = err instanceof AttachStorageError ? err.message : 'the file could not be saved'
+          const reason =
+            err instanceof AttachStorageError && err.status < 500 ? err.message : 'the file could not be saved; retry this entry'
           if (!(err instanceof AttachStorageError) || err.status >= 500) {
             this.logger.error(`attach-storage: saving ${refDomain}/${refKey}/${refCategory}[${index}] failed`, err)
           }
