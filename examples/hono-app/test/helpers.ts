@@ -1,0 +1,77 @@
+/** Shared set-up of the reference-server tests: a real listening server, tokens, databases. */
+import { randomBytes } from 'node:crypto'
+import { mkdtemp, readdir, rm } from 'node:fs/promises'
+import type { AddressInfo } from 'node:net'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { serve, type ServerType } from '@hono/node-server'
+import { SignJWT } from 'jose'
+import pg from 'pg'
+import { inject } from 'vitest'
+import { createReferenceApp, type ReferenceApp } from '../src/app.js'
+
+export const SECRET = 'reference-server-test-secret-123'
+
+export const sign = (sub: string, secret = SECRET) =>
+  new SignJWT({}).setProtectedHeader({ alg: 'HS256' }).setSubject(sub).setExpirationTime('1h').sign(new TextEncoder().encode(secret))
+
+export async function walk(dir: string): Promise<string[]> {
+  const out: string[] = []
+  let entries
+  try {
+    entries = await readdir(dir, { withFileTypes: true, recursive: true })
+  } catch {
+    return out
+  }
+  for (const e of entries) if (e.isFile()) out.push(join(e.parentPath ?? (e as any).path, e.name))
+  return out
+}
+
+export interface Running {
+  ref: ReferenceApp
+  server: ServerType
+  base: string
+  dataDir: string
+  close(): Promise<void>
+}
+
+export async function start(env: Record<string, string>): Promise<Running> {
+  const dataDir = await mkdtemp(join(tmpdir(), 'attach-ref-'))
+  const quiet = { info() {}, warn() {}, error() {} }
+  const ref = await createReferenceApp({ ATTACH_DATA_DIR: dataDir, ATTACH_JWT_SECRET: SECRET, ...env }, quiet)
+  const server = serve({ fetch: ref.app.fetch, port: 0, hostname: '127.0.0.1' })
+  await new Promise<void>((r) => server.once('listening', () => r()))
+  const base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`
+  return {
+    ref,
+    server,
+    base,
+    dataDir,
+    async close() {
+      await new Promise<void>((r) => server.close(() => r()))
+      await ref.close()
+      await rm(dataDir, { recursive: true, force: true })
+    },
+  }
+}
+
+export async function pgDatabase(): Promise<{ url: string; drop(): Promise<void> }> {
+  const server = inject('pgUrl')
+  const name = `ref_${randomBytes(6).toString('hex')}`
+  const admin = new pg.Client({ connectionString: server })
+  await admin.connect()
+  await admin.query(`CREATE DATABASE ${name}`)
+  await admin.end()
+  const url = new URL(server)
+  url.pathname = `/${name}`
+  return {
+    url: url.toString(),
+    async drop() {
+      const a = new pg.Client({ connectionString: server })
+      await a.connect()
+      await a.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)
+      await a.end()
+    },
+  }
+}
+
