@@ -35,9 +35,12 @@ export interface Running {
   close(): Promise<void>
 }
 
-export async function start(env: Record<string, string>): Promise<Running> {
+export async function start(env: Record<string, string>, logged?: string[]): Promise<Running> {
   const dataDir = await mkdtemp(join(tmpdir(), 'attach-ref-'))
-  const quiet = { info() {}, warn() {}, error() {} }
+  const record = (...args: unknown[]) => {
+    logged?.push(args.map((a) => (a instanceof Error ? `${a.message} ${JSON.stringify(a)} ${String(a.cause ?? '')}` : String(a))).join(' '))
+  }
+  const quiet = { info: record, warn: record, error: record }
   const ref = await createReferenceApp({ ATTACH_DATA_DIR: dataDir, ATTACH_JWT_SECRET: SECRET, ...env }, quiet)
   const server = serve({ fetch: ref.app.fetch, port: 0, hostname: '127.0.0.1' })
   await new Promise<void>((r) => server.once('listening', () => r()))

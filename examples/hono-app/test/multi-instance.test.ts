@@ -186,3 +186,110 @@ describe('per-domain store selection with two stores at once', () => {
     }
   })
 })
+
+/** A TCP proxy that can be cut (every connection reset, new ones refused) and restored. */
+async function cuttableProxy(targetPort: number) {
+  const net = await import('node:net')
+  let down = false
+  const sockets = new Set<import('node:net').Socket>()
+  const server = net.createServer((client) => {
+    if (down) return client.destroy()
+    const upstream = net.connect(targetPort, '127.0.0.1')
+    sockets.add(client).add(upstream)
+    const drop = () => {
+      client.destroy()
+      upstream.destroy()
+      sockets.delete(client)
+      sockets.delete(upstream)
+    }
+    client.on('error', drop).on('close', drop)
+    upstream.on('error', drop).on('close', drop)
+    client.pipe(upstream).pipe(client)
+  })
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()))
+  return {
+    port: (server.address() as import('node:net').AddressInfo).port,
+    cut() {
+      down = true
+      for (const s of sockets) s.destroy()
+    },
+    restore() {
+      down = false
+    },
+    close: () => new Promise<void>((r) => server.close(() => r())),
+  }
+}
+
+describe('the remote store going away', () => {
+  it('fails the confirmed save cleanly, keeps nothing half-made, and completes on retry once it is back', async () => {
+    const s3 = await startS3rver('attach-faults')
+    const proxy = await cuttableProxy(s3.port)
+    const cfgDir = await mkdtemp(join(tmpdir(), 'attach-cfg-'))
+    const config = join(cfgDir, 'attach.json')
+    await writeFile(
+      config,
+      JSON.stringify({
+        attach: {
+          stores: {
+            cloud: {
+              type: 's3',
+              bucket: s3.bucket,
+              region: 'us-east-1',
+              endpoint: `http://127.0.0.1:${proxy.port}`,
+              'force-path-style': true,
+              'access-key': 'S3RVER',
+              'secret-key': 'SECRET-THAT-MUST-NOT-LEAK',
+              'max-attempts': 2,
+              'connect-timeout': 2,
+            },
+          },
+          'default-store': 'cloud',
+        },
+      }),
+    )
+    const logged: string[] = []
+    const srv = await start({ ATTACH_CONFIG: config }, logged)
+    const token = await sign('4')
+    const auth = { authorization: `Bearer ${token}` }
+    try {
+      const fd = new FormData()
+      fd.set('refDomain', 'demo')
+      fd.set('file', new Blob(['durable bytes']), 'd.txt')
+      const item = (await (await fetch(`${srv.base}/api/storage/attach/tmp`, { method: 'POST', body: fd, headers: auth })).json()).files[0]
+      const bag = JSON.stringify({ default: [{ savedName: item.name, displayName: 'd.txt' }] })
+      proxy.cut()
+      const failed = await fetch(`${srv.base}/api/storage/attach/demo/77`, { method: 'POST', body: bag, headers: { ...auth, 'content-type': 'application/json' } })
+      expect(failed.status).toBe(500)
+      const body = await failed.json()
+      expect(body).toMatchObject({ code: 'attach-save-failure', failures: [{ refCategory: 'default', index: 0, displayName: 'd.txt' }] })
+      expect(JSON.stringify(body)).not.toContain('SECRET-THAT-MUST-NOT-LEAK')
+      // No record without its file; the temporary file is still there for the retry.
+      expect(await (await fetch(`${srv.base}/api/storage/attach/demo/77/default/_count`, { headers: auth })).json()).toBe(0)
+      expect(await walk(join(srv.dataDir, 'tmp'))).toHaveLength(2)
+      // A direct upload while it is down: a clear 5xx JSON error, nothing left behind.
+      const d = new FormData()
+      d.set('refDomain', 'demo')
+      d.set('files', new Blob(['direct']), 'x.txt')
+      const direct = await fetch(`${srv.base}/api/storage/attach/direct`, { method: 'POST', body: d, headers: auth })
+      expect(direct.status).toBe(502)
+      const dj = await direct.json()
+      expect(dj.code).toBe('store-failure')
+      expect(JSON.stringify(dj)).not.toContain('SECRET')
+      expect(await walk(join(srv.dataDir, 'tmp'))).toHaveLength(2)
+
+      proxy.restore()
+      const retry = await fetch(`${srv.base}/api/storage/attach/demo/77`, { method: 'POST', body: bag, headers: { ...auth, 'content-type': 'application/json' } })
+      expect(retry.status).toBe(200)
+      const rec = (await retry.json()).attachList[0]
+      expect(await (await fetch(srv.base + rec.url)).text()).toBe('durable bytes')
+      expect(await walk(join(srv.dataDir, 'tmp'))).toEqual([])
+      expect(logged.length).toBeGreaterThan(0)
+      expect(logged.join('\n')).not.toContain('SECRET-THAT-MUST-NOT-LEAK')
+    } finally {
+      await srv.close()
+      await proxy.close()
+      await s3.close()
+      await rm(cfgDir, { recursive: true, force: true })
+    }
+  })
+})
