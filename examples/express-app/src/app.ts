@@ -10,9 +10,6 @@ export interface ReferenceApp extends Reference {
   app: Express
 }
 
-/** GET /board, when the reference provides it. */
-type ListBoard = (request: Request) => Promise<Response>
-
 /**
  * The reference server of the contract on Express 5: CORS, the two attach groups, and `/board`, with the
  * same answers as the Hono app (examples/hono-app). Builds the app without listening.
@@ -32,8 +29,7 @@ export async function createReferenceApp(env: ServerEnv = process.env, logger: L
 
   // The host entity `board`: its routes are Web handlers, so no body parser is needed for them.
   app.post('/board', fromWebHandler(ref.createBoard))
-  const listBoard = (ref as Reference & { listBoard?: ListBoard }).listBoard
-  if (listBoard) app.get('/board', fromWebHandler((request) => listBoard(request)))
+  app.get('/board', fromWebHandler(ref.listBoard))
   app.get('/board/:id', (req, res, next) => fromWebHandler((request) => ref.getBoard(request, req.params.id))(req, res, next))
 
   app.use(fromWebHandler(async () => ref.notFound()))

@@ -9,9 +9,6 @@ export interface ReferenceApp extends Reference {
   app: FastifyInstance
 }
 
-/** GET /board, when the reference provides it. */
-type ListBoard = (request: Request) => Promise<Response>
-
 /** Fastify's own failures (bad URL, …) answer `{code, message}` JSON like the rest. */
 function errorResponse(err: FastifyError, logger: Logger): Response {
   const status = Number.isInteger(err.statusCode) && err.statusCode! >= 400 && err.statusCode! < 500 ? err.statusCode! : 500
@@ -44,8 +41,7 @@ export async function createReferenceApp(env: ServerEnv = process.env, logger: L
     await app.register(async (scope) => {
       acceptRawBodies(scope)
       scope.post('/board', fromWebHandler(ref.createBoard))
-      const listBoard = (ref as Reference & { listBoard?: ListBoard }).listBoard
-      if (listBoard) scope.get('/board', fromWebHandler((request) => listBoard(request)))
+      scope.get('/board', fromWebHandler(ref.listBoard))
       scope.get<{ Params: { id: string } }>('/board/:id', (request, reply) =>
         fromWebHandler((r) => ref.getBoard(r, request.params.id))(request, reply),
       )

@@ -39,7 +39,10 @@ describe('mountAttachStorage', () => {
   it('mounts both groups under the configured prefixes and leaves other routes alone', async () => {
     expect(await (await app.request('/health')).text()).toBe('ok')
     const cfg = await app.request('/files/api/config', { headers: { authorization: `Bearer ${token}` } })
-    expect(await cfg.json()).toEqual({ cdnUrl: null, domains: { demo: { store: 'local', categories: ['default'] } } })
+    expect(await cfg.json()).toEqual({
+      cdnUrl: null,
+      domains: { demo: { store: 'local', categories: ['default'] }, editor: { store: 'local', categories: ['default'] } },
+    })
     expect((await app.request('/api/storage/config')).status).toBe(404)
   })
 

@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { AttachStorage, createAttachStorage } from '../service/attach-storage.js'
+import { loadStoreFactory } from '../service/stores.js'
 import { loadConfigFile, mergeSettings } from './load.js'
 import { camelizeSettings, parseAttachConfig } from './schema.js'
 import { parseDuration, parseSize } from './units.js'
@@ -119,11 +120,12 @@ describe('start-up failures', () => {
       ).rejects.toThrow(new RegExp(`run "npm install ${pkg.replace('/', '\\/')}"`))
     }
   })
-  it('the real loader reports the package of a store type that is not installed', async () => {
-    // No store package is a dependency of the core, so the genuine import fails here.
-    await expect(
-      createAttachStorage({ config: { ...base(), stores: { remote: { type: 'ftp', host: '127.0.0.1' } } } }),
-    ).rejects.toThrow(/npm install @attach-storage\/store-ftp/)
+  it('the real loader reports a package that is not installed by its genuine module error', async () => {
+    await expect(loadStoreFactory('@attach-storage/store-none', 'attach.stores.x', 'none')).rejects.toThrow(
+      /attach\.stores\.x has type "none", whose adapter is not installed: run "npm install @attach-storage\/store-none"/,
+    )
+    // An installed package that is no store package is refused too.
+    await expect(loadStoreFactory('yaml', 'attach.stores.x', 'yaml')).rejects.toThrow(/does not export createStore/)
   })
   it('required settings of the type missing', async () => {
     const cases = [

@@ -1,5 +1,7 @@
 import { randomUUID } from 'node:crypto'
-import { Kysely, PostgresDialect, sql } from 'kysely'
+import { Kysely, MysqlDialect, PostgresDialect, sql } from 'kysely'
+import { createPool as createMysqlPool } from 'mysql2'
+import mysql from 'mysql2/promise'
 import pg from 'pg'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { DIALECTS, openTestDatabase, type TestDatabase } from '../../../../test/databases.js'
@@ -39,6 +41,53 @@ function recInput(over: Partial<NewRecord> = {}): NewRecord {
     createdBy: 7,
     createdDt: new Date().toISOString(),
     ...over,
+  }
+}
+
+/** A second connection of its own, as another application instance would hold. */
+interface Session {
+  /** Runs a statement; `?` placeholders (turned into `$n` on PostgreSQL). */
+  query(text: string, params?: unknown[]): Promise<void>
+  /** Number of transactions of this database waiting on a row lock. */
+  lockWaits(): Promise<number>
+  close(): Promise<void>
+}
+
+async function openSession(dialect: 'postgres' | 'mysql', url: string): Promise<Session> {
+  if (dialect === 'mysql') {
+    const connection = await mysql.createConnection(url)
+    return {
+      query: async (text, params = []) => {
+        await connection.query(text, params)
+      },
+      lockWaits: async () => {
+        const [rows] = await connection.query(
+          `select count(*) as n from information_schema.innodb_trx t
+             join information_schema.processlist p on p.id = t.trx_mysql_thread_id
+            where t.trx_state = 'LOCK WAIT' and p.db = database()`,
+        )
+        return Number((rows as Array<{ n: unknown }>)[0]?.n ?? 0)
+      },
+      close: () => connection.end(),
+    }
+  }
+  const client = new pg.Client({ connectionString: url })
+  await client.connect()
+  return {
+    query: async (text, params = []) => {
+      let n = 0
+      await client.query(
+        text.replace(/\?/g, () => `$${++n}`),
+        params,
+      )
+    },
+    lockWaits: async () => {
+      const { rows } = await client.query(
+        `select count(*)::int as n from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'`,
+      )
+      return rows[0].n as number
+    },
+    close: () => client.end(),
   }
 }
 
@@ -91,6 +140,65 @@ for (const dialect of DIALECTS) {
       } finally {
         await other.cleanup()
       }
+    })
+
+    it('can run a failed migration again once its cause is gone (MySQL commits each DDL statement)', async () => {
+      const other = await openTestDatabase(dialect)
+      try {
+        // 0001 creates attach_blob, then fails on the squatted attach_file.
+        await sql`create table attach_file (x integer)`.execute(other.db)
+        const err = await migrateAttachSchema(other.db).catch((e: unknown) => e)
+        expect(isAttachError(err, 'migration-failed')).toBe(true)
+        const tables = (await other.db.introspection.getTables()).map((x) => x.name)
+        expect(tables).not.toContain(BLOB_TABLE)
+        await sql`drop table attach_file`.execute(other.db)
+        await migrateAttachSchema(other.db)
+        const after = (await other.db.introspection.getTables()).map((x) => x.name)
+        expect(after).toEqual(expect.arrayContaining([BLOB_TABLE, FILE_TABLE]))
+        const done = await other.db.selectFrom(MIGRATION_TABLE).select('name').execute()
+        expect(done.map((r) => r.name)).toEqual(['0001_attach_tables'])
+      } finally {
+        await other.cleanup()
+      }
+    })
+
+    it('compares keys exactly: case, trailing spaces and accents make other keys', async () => {
+      const key = unique('Key')
+      const variants = [key, key.toLowerCase(), key.toUpperCase(), `${key} `, `${key}\u00e9`, `${key}e\u0301`]
+      expect(new Set(variants).size).toBe(variants.length)
+      const recs = []
+      for (const refKey of variants) recs.push(await attach({ refKey, refCategory: 'Img' }))
+      for (const [i, refKey] of variants.entries()) {
+        expect((await repo.listByReference('notice', refKey)).map((r) => r.id)).toEqual([recs[i]!.id])
+        expect(await repo.countByReference('notice', refKey, 'Img')).toBe(1)
+        expect(await repo.countByReference('notice', refKey, 'img')).toBe(0)
+        expect(await repo.countByReference('Notice', refKey, 'Img')).toBe(0)
+        expect((await repo.findById(recs[i]!.id))?.refKey).toBe(refKey)
+      }
+      expect((await repo.listByReferences('notice', [key, `${key} `])).map((r) => r.id).sort((a, b) => a - b)).toEqual([
+        recs[0]!.id,
+        recs[3]!.id,
+      ])
+      const ref = { refDomain: 'notice', refKey: key.toUpperCase(), refCategory: 'Img' }
+      expect(await repo.updateSort(recs[0]!.id, ref, 3)).toBe(false)
+
+      // Two blobs whose places differ only in case or a trailing space are two places.
+      const place = blobInput({ savedName: 'Report.pdf' })
+      await repo.reserveBlob(place)
+      await repo.reserveBlob({ ...place, savedName: 'report.pdf' })
+      await repo.reserveBlob({ ...place, savedName: 'Report.pdf ' })
+      await repo.reserveBlob({ ...place, savedDir: place.savedDir.toUpperCase() })
+      expect((await repo.findBlob(place.store, place.savedDir, 'report.pdf'))?.savedName).toBe('report.pdf')
+      expect((await repo.findBlob(place.store, place.savedDir, 'Report.pdf '))?.savedName).toBe('Report.pdf ')
+    })
+
+    it('keeps long directories apart (the MySQL index holds a prefix of saved_dir)', async () => {
+      const long = `/${'d'.repeat(300)}/${unique('x')}/`
+      const a = await repo.reserveBlob(blobInput({ savedDir: `${long}a/`, savedName: 'same.bin' }))
+      const b = await repo.reserveBlob(blobInput({ savedDir: `${long}b/`, savedName: 'same.bin' }))
+      expect(a.id).not.toBe(b.id)
+      expect((await repo.findBlob('local', `${long}b/`, 'same.bin'))?.id).toBe(b.id)
+      await expect(repo.reserveBlob(blobInput({ savedDir: `${long}a/`, savedName: 'same.bin' }))).rejects.toThrow()
     })
 
     it('reserves a pending blob and finds it by place and by id', async () => {
@@ -424,11 +532,16 @@ for (const dialect of DIALECTS) {
 
     it('answers numbers over a host’s own Kysely without bigint parsing', async () => {
       const rec = await attach({ refKey: unique('key') }, { fileSize: FIVE_GIB })
-      // A host's Kysely: on PostgreSQL a plain pg Pool answers bigint columns and count(*) as strings.
+      // A host's Kysely: on PostgreSQL a plain pg Pool answers bigint columns and count(*) as strings;
+      // on MySQL a mysql2 pool with bigNumberStrings does too.
       const hostDb =
         dialect === 'postgres'
           ? new Kysely<any>({ dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: t.location }) }) })
-          : await openDatabase({ type: 'sqlite', file: t.location })
+          : dialect === 'mysql'
+            ? new Kysely<any>({
+                dialect: new MysqlDialect({ pool: createMysqlPool({ uri: t.location, supportBigNumbers: true, bigNumberStrings: true }) }),
+              })
+            : await openDatabase({ type: 'sqlite', file: t.location })
       const hostRepo = new AttachRepository(hostDb)
       try {
         expect(await hostRepo.findById(rec.id)).toEqual(rec)
@@ -498,6 +611,26 @@ for (const dialect of DIALECTS) {
       }
     })
 
+    it('never deadlocks when a delete naming unknown ids races reuse of the same blob', async () => {
+      // On MySQL at REPEATABLE READ, a locking read of an absent id locks the gap after the last row,
+      // where every new record goes: the delete then waits on the reuse's blob row while the reuse
+      // waits on that gap, and InnoDB kills one of them.
+      for (let i = 0; i < 30; i++) {
+        const key = unique('gap')
+        const a = await attach({ refKey: key })
+        const b = await repo.createRecord(a.blobId, recInput({ refKey: key, sort: 1 }), { requireLive: true })
+        const reuse = () => repo.createRecord(a.blobId, recInput({ refKey: key, sort: 2 }), { requireLive: true })
+        const remove = () => repo.markDeleted([a.id, 2_000_000_000 + i])
+        const [reused, deletion] =
+          i % 2 === 0 ? await Promise.all([reuse(), remove()]) : await Promise.all([remove(), reuse()]).then(([d, r]) => [r, d] as const)
+        expect(deletion.deleted.map((r) => r.id)).toEqual([a.id])
+        expect(deletion.orphanBlobs).toEqual([])
+        expect(reused?.blobId).toBe(a.blobId)
+        expect((await repo.findBlobById(a.blobId))?.refCount).toBe(2)
+        expect((await repo.listByReference('notice', key)).map((r) => r.id)).toEqual([b!.id, reused!.id])
+      }
+    })
+
     it('re-checks the blob after waiting for a concurrent delete or reuse to commit', async () => {
       if (dialect === 'sqlite') {
         // One connection serializes every transaction: the sequential outcomes are the whole story.
@@ -506,14 +639,10 @@ for (const dialect of DIALECTS) {
         expect(await repo.createRecord(rec.blobId, recInput(), { requireLive: true })).toBeNull()
         return
       }
-      const other = new pg.Client({ connectionString: t.location })
-      await other.connect()
+      const other = await openSession(dialect, t.location)
       const waitForLockWait = async () => {
         for (let i = 0; i < 200; i++) {
-          const { rows } = await other.query(
-            `select count(*)::int as n from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'`,
-          )
-          if (rows[0].n > 0) return
+          if ((await other.lockWaits()) > 0) return
           await new Promise((r) => setTimeout(r, 25))
         }
         throw new Error('the repository call never waited for the lock')
@@ -522,8 +651,8 @@ for (const dialect of DIALECTS) {
         // Another transaction deletes the last record; reuse waits on the blob row, then sees 0.
         const a = await attach({ refKey: unique('key') })
         await other.query('begin')
-        await other.query('update attach_file set deleted = 1 where id = $1', [a.id])
-        await other.query('update attach_blob set ref_count = ref_count - 1 where id = $1', [a.blobId])
+        await other.query('update attach_file set deleted = 1 where id = ?', [a.id])
+        await other.query('update attach_blob set ref_count = ref_count - 1 where id = ?', [a.blobId])
         const reuse = repo.createRecord(a.blobId, recInput(), { requireLive: true })
         await waitForLockWait()
         await other.query('commit')
@@ -533,7 +662,7 @@ for (const dialect of DIALECTS) {
         // Another transaction reuses the blob; the delete waits, then sees the new reference.
         const b = await attach({ refKey: unique('key') })
         await other.query('begin')
-        await other.query('update attach_blob set ref_count = ref_count + 1 where id = $1 and ref_count > 0', [b.blobId])
+        await other.query('update attach_blob set ref_count = ref_count + 1 where id = ? and ref_count > 0', [b.blobId])
         const deletion = repo.markDeleted([b.id])
         await waitForLockWait()
         await other.query('commit')
@@ -543,7 +672,7 @@ for (const dialect of DIALECTS) {
         expect((await repo.findBlobById(b.blobId))?.refCount).toBe(1)
       } finally {
         await other.query('rollback').catch(() => {})
-        await other.end()
+        await other.close()
       }
     })
   })

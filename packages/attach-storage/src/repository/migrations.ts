@@ -28,78 +28,125 @@ function idColumn(dialect: DialectName): [type: 'integer' | 'bigint', build: (co
   }
 }
 
-/** MySQL: InnoDB, utf8mb4 and a binary collation, so keys compare exactly as on the other dialects. */
-function tableOptions<T extends string, C extends string>(dialect: DialectName, builder: CreateTableBuilder<T, C>): CreateTableBuilder<T, C> {
-  return dialect === 'mysql' ? builder.modifyEnd(sql`engine=InnoDB default charset=utf8mb4 collate=utf8mb4_bin`) : builder
+/**
+ * The binary no-pad collation of utf8mb4 on this MySQL server: keys compare byte for byte, as on SQLite
+ * and PostgreSQL. `utf8mb4_bin` is not enough: it is a PAD SPACE collation (`'a' = 'a '`). MariaDB
+ * (10.2+) names it `utf8mb4_nopad_bin`, MySQL 8 `utf8mb4_0900_bin`; `utf8mb4_bin` on older servers.
+ */
+async function mysqlKeyCollation(db: Kysely<any>): Promise<string> {
+  const preferred = ['utf8mb4_nopad_bin', 'utf8mb4_0900_bin']
+  const { rows } = await sql<{ name: string }>`select collation_name as name from information_schema.collations where collation_name in (${sql.join(preferred)})`.execute(db)
+  const available = new Set(rows.map((r) => r.name))
+  return preferred.find((c) => available.has(c)) ?? 'utf8mb4_bin'
+}
+
+/** MySQL: InnoDB, utf8mb4 with an exact collation, and the DYNAMIC row format (3072-byte index keys). */
+function tableOptions<T extends string, C extends string>(
+  dialect: DialectName,
+  collation: string,
+  builder: CreateTableBuilder<T, C>,
+): CreateTableBuilder<T, C> {
+  return dialect === 'mysql'
+    ? builder.modifyEnd(sql`engine=InnoDB default charset=utf8mb4 collate=${sql.raw(collation)} row_format=dynamic`)
+    : builder
+}
+
+/**
+ * MySQL: the SHA-256 of the blob's place (store, saved_dir, saved_name), each part after its length so
+ * that no two places meet. Unique in place of the three columns, whose 831 characters (3324 bytes in
+ * utf8mb4) exceed InnoDB's 3072-byte key limit.
+ */
+const MYSQL_PLACE_HASH = sql`unhex(sha2(concat(char_length(store), ':', store, char_length(saved_dir), ':', saved_dir, saved_name), 256))`
+
+async function createTables(db: Kysely<any>, dialect: DialectName, created: string[]): Promise<void> {
+  const [idType, idBuild] = idColumn(dialect)
+  const collation = dialect === 'mysql' ? await mysqlKeyCollation(db) : ''
+
+  let blobTable = db.schema
+    .createTable(BLOB_TABLE)
+    .addColumn('id', idType, idBuild)
+    .addColumn('store', 'varchar(64)', (col) => col.notNull())
+    .addColumn('saved_dir', 'varchar(512)', (col) => col.notNull())
+    .addColumn('saved_name', 'varchar(255)', (col) => col.notNull())
+    .addColumn('file_size', 'bigint', (col) => col.notNull())
+    .addColumn('file_type', 'varchar(255)', (col) => col.notNull())
+    .addColumn('sha256', 'char(64)', (col) => col.notNull())
+    .addColumn('ref_count', 'integer', (col) => col.notNull().defaultTo(0))
+    .addColumn('created_dt', 'varchar(24)', (col) => col.notNull())
+    .addColumn('updated_dt', 'varchar(24)', (col) => col.notNull())
+  if (dialect === 'mysql') {
+    blobTable = blobTable.addColumn('place_hash', sql`binary(32)`, (col) => col.generatedAlwaysAs(MYSQL_PLACE_HASH).stored())
+  }
+  await tableOptions(dialect, collation, blobTable).execute()
+  created.push(BLOB_TABLE)
+
+  if (dialect === 'mysql') {
+    // Uniqueness on the hash of the whole place; lookups by place on an index holding a prefix of
+    // saved_dir (the other columns decide with it, and the row itself is compared in full).
+    await db.schema.createIndex('attach_blob_path_uq').on(BLOB_TABLE).column('place_hash').unique().execute()
+    await sql`create index attach_blob_path_idx on ${sql.table(BLOB_TABLE)} (store, saved_dir(255), saved_name)`.execute(db)
+  } else {
+    await db.schema
+      .createIndex('attach_blob_path_uq')
+      .on(BLOB_TABLE)
+      .columns(['store', 'saved_dir', 'saved_name'])
+      .unique()
+      .execute()
+  }
+  await db.schema.createIndex('attach_blob_dead_idx').on(BLOB_TABLE).columns(['ref_count', 'updated_dt']).execute()
+
+  await tableOptions(
+    dialect,
+    collation,
+    db.schema
+      .createTable(FILE_TABLE)
+      .addColumn('id', idType, idBuild)
+      .addColumn('ref_domain', 'varchar(64)', (col) => col.notNull())
+      .addColumn('ref_key', 'varchar(255)', (col) => col.notNull())
+      .addColumn('ref_category', 'varchar(64)', (col) => col.notNull())
+      .addColumn('display_name', 'varchar(1024)', (col) => col.notNull())
+      .addColumn('saved_name', 'varchar(255)', (col) => col.notNull())
+      .addColumn('saved_dir', 'varchar(512)', (col) => col.notNull())
+      .addColumn('file_type', 'varchar(255)', (col) => col.notNull())
+      .addColumn('file_size', 'bigint', (col) => col.notNull())
+      .addColumn('ext', 'varchar(1024)')
+      .addColumn('fmeta_value', 'varchar(1024)')
+      .addColumn('sort', 'integer', (col) => col.notNull())
+      .addColumn('created_by', 'varchar(255)')
+      .addColumn('created_dt', 'varchar(24)', (col) => col.notNull())
+      .addColumn('deleted', 'smallint', (col) => col.notNull().defaultTo(0))
+      .addColumn('deleted_dt', 'varchar(24)')
+      .addColumn('sha256', 'char(64)', (col) => col.notNull())
+      .addColumn('store', 'varchar(64)', (col) => col.notNull())
+      .addColumn('blob_id', 'bigint', (col) => col.notNull())
+      .addForeignKeyConstraint('attach_file_blob_fk', ['blob_id'], BLOB_TABLE, ['id']),
+  ).execute()
+  created.push(FILE_TABLE)
+
+  // (64 + 255 + 64) characters: 1532 bytes in utf8mb4, within MySQL's 3072.
+  await db.schema
+    .createIndex('attach_file_ref_idx')
+    .on(FILE_TABLE)
+    .columns(['ref_domain', 'ref_key', 'ref_category', 'deleted', 'sort', 'id'])
+    .execute()
+  await db.schema.createIndex('attach_file_blob_idx').on(FILE_TABLE).column('blob_id').execute()
 }
 
 const attachTables: Migration = {
   async up(db: Kysely<any>): Promise<void> {
     const dialect = dialectOf(db)
-    const [idType, idBuild] = idColumn(dialect)
-
-    await tableOptions(
-      dialect,
-      db.schema
-        .createTable(BLOB_TABLE)
-        .addColumn('id', idType, idBuild)
-        .addColumn('store', 'varchar(64)', (col) => col.notNull())
-        .addColumn('saved_dir', 'varchar(512)', (col) => col.notNull())
-        .addColumn('saved_name', 'varchar(255)', (col) => col.notNull())
-        .addColumn('file_size', 'bigint', (col) => col.notNull())
-        .addColumn('file_type', 'varchar(255)', (col) => col.notNull())
-        .addColumn('sha256', 'char(64)', (col) => col.notNull())
-        .addColumn('ref_count', 'integer', (col) => col.notNull().defaultTo(0))
-        .addColumn('created_dt', 'varchar(24)', (col) => col.notNull())
-        .addColumn('updated_dt', 'varchar(24)', (col) => col.notNull()),
-    ).execute()
-
-    if (dialect === 'mysql') {
-      // utf8mb4 allows 3072 key bytes: (64 + 512 + 255) * 4 is too long, so the directory is a prefix
-      // there (stored names are generated unique identifiers; the prefix never decides alone).
-      await sql`create unique index attach_blob_path_uq on ${sql.table(BLOB_TABLE)} (store, saved_dir(255), saved_name)`.execute(db)
-    } else {
-      await db.schema
-        .createIndex('attach_blob_path_uq')
-        .on(BLOB_TABLE)
-        .columns(['store', 'saved_dir', 'saved_name'])
-        .unique()
-        .execute()
+    const created: string[] = []
+    try {
+      await createTables(db, dialect, created)
+    } catch (err) {
+      // On PostgreSQL the Migrator's transaction takes the whole migration back. Kysely runs SQLite
+      // migrations outside a transaction, and MySQL commits each DDL statement anyway: drop what this
+      // run created, so that it can run again once the cause is fixed.
+      if (!db.getExecutor().adapter.supportsTransactionalDdl) {
+        for (const table of created.reverse()) await db.schema.dropTable(table).ifExists().execute().catch(() => {})
+      }
+      throw err
     }
-    await db.schema.createIndex('attach_blob_dead_idx').on(BLOB_TABLE).columns(['ref_count', 'updated_dt']).execute()
-
-    await tableOptions(
-      dialect,
-      db.schema
-        .createTable(FILE_TABLE)
-        .addColumn('id', idType, idBuild)
-        .addColumn('ref_domain', 'varchar(64)', (col) => col.notNull())
-        .addColumn('ref_key', 'varchar(255)', (col) => col.notNull())
-        .addColumn('ref_category', 'varchar(64)', (col) => col.notNull())
-        .addColumn('display_name', 'varchar(1024)', (col) => col.notNull())
-        .addColumn('saved_name', 'varchar(255)', (col) => col.notNull())
-        .addColumn('saved_dir', 'varchar(512)', (col) => col.notNull())
-        .addColumn('file_type', 'varchar(255)', (col) => col.notNull())
-        .addColumn('file_size', 'bigint', (col) => col.notNull())
-        .addColumn('ext', 'varchar(1024)')
-        .addColumn('fmeta_value', 'varchar(1024)')
-        .addColumn('sort', 'integer', (col) => col.notNull())
-        .addColumn('created_by', 'varchar(255)')
-        .addColumn('created_dt', 'varchar(24)', (col) => col.notNull())
-        .addColumn('deleted', 'smallint', (col) => col.notNull().defaultTo(0))
-        .addColumn('deleted_dt', 'varchar(24)')
-        .addColumn('sha256', 'char(64)', (col) => col.notNull())
-        .addColumn('store', 'varchar(64)', (col) => col.notNull())
-        .addColumn('blob_id', 'bigint', (col) => col.notNull())
-        .addForeignKeyConstraint('attach_file_blob_fk', ['blob_id'], BLOB_TABLE, ['id']),
-    ).execute()
-
-    await db.schema
-      .createIndex('attach_file_ref_idx')
-      .on(FILE_TABLE)
-      .columns(['ref_domain', 'ref_key', 'ref_category', 'deleted', 'sort', 'id'])
-      .execute()
-    await db.schema.createIndex('attach_file_blob_idx').on(FILE_TABLE).column('blob_id').execute()
   },
 
   async down(db: Kysely<any>): Promise<void> {

@@ -27,6 +27,31 @@ function isModuleNotFound(err: unknown, specifier: string): boolean {
 }
 
 /**
+ * Loads a store package and returns its `createStore`. A package that is not installed fails with a
+ * message naming the package to install.
+ */
+export async function loadStoreFactory(
+  packageName: string,
+  where: string,
+  type: string,
+  load: (specifier: string) => Promise<unknown> = importStorePackage,
+): Promise<StoreFactory> {
+  let mod: { createStore?: StoreFactory }
+  try {
+    mod = (await load(packageName)) as { createStore?: StoreFactory }
+  } catch (err) {
+    if (isModuleNotFound(err, packageName)) {
+      throw configError(`${where} has type "${type}", whose adapter is not installed: run "npm install ${packageName}"`)
+    }
+    throw configError(`${where}: loading ${packageName} failed: ${(err as Error).message}`, err)
+  }
+  if (typeof mod.createStore !== 'function') {
+    throw configError(`${packageName} does not export createStore(); is it a store package of attach-storage?`)
+  }
+  return mod.createStore
+}
+
+/**
  * Declares and creates every store of a configuration: the declared ones, the implicit `s3` store of
  * `attach.s3.*`, an implicit `local` store when `default-store` is `local` and none is declared, and
  * the host's ready instances. Fails at start (never at first use) on every declaration problem.
@@ -72,21 +97,8 @@ export async function createStores(
     }
     const packageName = STORE_TYPES[type as keyof typeof STORE_TYPES]?.packageName
     if (!packageName) throw configError(`attach.stores.${name}: no adapter exists for store type "${type}"`)
-    let mod: { createStore?: StoreFactory }
-    try {
-      mod = (await load(packageName)) as { createStore?: StoreFactory }
-    } catch (err) {
-      if (isModuleNotFound(err, packageName)) {
-        throw configError(
-          `attach.stores.${name} has type "${type}", whose adapter is not installed: run "npm install ${packageName}"`,
-        )
-      }
-      throw configError(`attach.stores.${name}: loading ${packageName} failed: ${(err as Error).message}`, err)
-    }
-    if (typeof mod.createStore !== 'function') {
-      throw configError(`${packageName} does not export createStore(); is it a store package of attach-storage?`)
-    }
-    stores.set(name, await mod.createStore(name, settings))
+    const createStore = await loadStoreFactory(packageName, `attach.stores.${name}`, type, load)
+    stores.set(name, await createStore(name, settings))
   }
   const tmpStore = config.tmpStore ? stores.get(config.tmpStore)! : new LocalStore('tmp', { baseDir: tmpDir })
   const settings = new Map(Object.entries(declared))
