@@ -214,6 +214,33 @@ describe('serving', () => {
     })
   })
 
+  describe('the sweep and resize variants', () => {
+    it('removes the file and the variants of a record whose delete did not finish', async () => {
+      let shift = 0
+      const k = await makeKit('sqlite', { now: () => new Date(Date.now() + shift) })
+      try {
+        const rec = await saveFile(k, await jpeg(300, 300), 'v.jpg', '1', 'image')
+        await k.handler.fetch(new Request(`http://x${ASSETS}/attach/view/${rec.id}?w=100`))
+        const dir = rec.savedDir.slice(1)
+        expect((await k.files()).filter((f) => f.startsWith(dir))).toHaveLength(2)
+        // The records go, but the process stops before the files do (a crash, a store outage).
+        const { deleted, orphanBlobs } = await k.storage.repository.markDeleted([rec.id])
+        expect(deleted).toHaveLength(1)
+        expect(orphanBlobs).toHaveLength(1)
+        expect((await k.files()).filter((f) => f.startsWith(dir))).toHaveLength(2)
+        // Within tmp-ttl the sweep leaves it (it may be a file still being saved) ...
+        await k.storage.sweep()
+        expect((await k.files()).filter((f) => f.startsWith(dir))).toHaveLength(2)
+        // ... after it, the file and its variant go.
+        shift = 25 * 3600 * 1000
+        expect((await k.storage.sweep()).blobs).toBe(1)
+        expect((await k.files()).filter((f) => f.startsWith(dir))).toEqual([])
+      } finally {
+        await k.cleanup()
+      }
+    })
+  })
+
   describe('image bombs', () => {
     it('serves the original when the image has more pixels than the resizer accepts', async () => {
       const k = await makeKit('sqlite', { config: { resize: { maxInputPixels: 10_000 } } })

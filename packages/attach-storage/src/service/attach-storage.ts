@@ -1079,9 +1079,27 @@ export class AttachStorage {
     }
   }
 
+  /**
+   * Deletes the variants under a stored directory whose record is gone (`{savedDir}_v/{id}/...`): what a
+   * failed delete left behind is found again when the directory's files are swept.
+   */
+  async #sweepVariants(store: Store, savedDir: string): Promise<void> {
+    const prefix = `${storeKey(savedDir, '')}_v/`
+    const keys: Array<{ key: string; id: number }> = []
+    for await (const e of store.list(prefix)) {
+      const id = Number(e.key.slice(prefix.length).split('/')[0])
+      if (Number.isSafeInteger(id)) keys.push({ key: e.key, id })
+    }
+    if (!keys.length) return
+    const live = new Set((await this.repository.findByIds([...new Set(keys.map((k) => k.id))])).map((r) => r.id))
+    for (const k of keys) if (!live.has(k.id)) await store.delete(k.key)
+  }
+
   async #dropBlob(b: BlobRecord): Promise<void> {
     try {
-      await this.store(b.store).delete(storeKey(b.savedDir, b.savedName))
+      const store = this.store(b.store)
+      await store.delete(storeKey(b.savedDir, b.savedName))
+      await this.#sweepVariants(store, b.savedDir)
       await this.repository.purgeBlob(b.id)
     } catch (err) {
       // The records are already invisible; the sweep retries the physical delete.
