@@ -1,19 +1,32 @@
 /**
- * Vitest global setup: a PostgreSQL server for the repository tests, provided as `inject('pgUrl')`.
+ * Vitest global setup: the database servers of the repository tests, provided as `inject('pgUrl')` and
+ * `inject('mysqlUrl')`. Both are started at once (they boot in parallel) and stopped at teardown.
  *
+ * PostgreSQL:
  * - `ATTACH_TEST_PG_URL` set: that server is used (its user must be allowed to CREATE DATABASE).
  * - Otherwise a throwaway server is started from the installed PostgreSQL binaries (initdb in a temp
  *   directory, trust auth, fsync off) and stopped and removed at teardown. Run as root, the binaries run
  *   as the `postgres` system user through `runuser`.
- * - No binaries: the run fails (never a silent skip), with a hint on how to install them.
  *
- * Several vitest projects list this setup; they share one server in the same process.
+ * MySQL (MariaDB):
+ * - `ATTACH_TEST_MYSQL_URL` set (`mysql://user:password@host:port/`): that server is used (its user must
+ *   be allowed to CREATE DATABASE and DROP DATABASE).
+ * - Otherwise a throwaway MariaDB server is started from the installed binaries (MySQL's own server is
+ *   refused: it initializes differently, and --skip-grant-tables turns its networking off): the system
+ *   tables are created in a temp data directory, then `mariadbd` listens on 127.0.0.1 and a free port
+ *   with `--skip-grant-tables` (any user, no password), durability off, and is stopped and removed at
+ *   teardown. Run as root, `mariadbd --user=mysql` drops to the `mysql` system user itself.
+ *
+ * No binaries: the run fails (never a silent skip), with a hint on how to install them.
+ *
+ * Several vitest projects list this setup; they share one server of each kind in the same process.
  */
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process'
-import { chownSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs'
+import { chownSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs'
 import { createServer } from 'node:net'
 import { tmpdir } from 'node:os'
-import { delimiter, join } from 'node:path'
+import { delimiter, dirname, join, resolve as resolvePath } from 'node:path'
+import mysql from 'mysql2/promise'
 import pg from 'pg'
 import type { TestProject } from 'vitest/node'
 
@@ -23,32 +36,58 @@ interface RunningServer {
   stop(): Promise<void>
 }
 
-const SHARED_KEY = Symbol.for('attach-storage.test.postgres')
-type SharedState = { server?: Promise<RunningServer> }
+interface Lease {
+  url: string
+  release(): Promise<void>
+}
+
+const SHARED_KEY = Symbol.for('attach-storage.test.servers')
+type ServerKind = 'postgres' | 'mysql'
+type SharedState = Partial<Record<ServerKind, Promise<RunningServer>>>
 const shared: SharedState = ((globalThis as Record<symbol, SharedState>)[SHARED_KEY] ??= {})
 
 export default async function setup(project: TestProject): Promise<() => Promise<void>> {
-  const external = process.env.ATTACH_TEST_PG_URL
-  if (external) {
-    project.provide('pgUrl', external)
-    return async () => {}
+  // Both servers boot at once: most of either start-up is waiting on the disk and on the server itself.
+  const [postgres, mariadb] = await Promise.allSettled([
+    acquire('postgres', process.env.ATTACH_TEST_PG_URL, startPostgres),
+    acquire('mysql', process.env.ATTACH_TEST_MYSQL_URL, startMariadb),
+  ])
+  if (postgres.status === 'rejected' || mariadb.status === 'rejected') {
+    const errors = [postgres, mariadb].flatMap((r) => (r.status === 'rejected' ? [r.reason as unknown] : []))
+    await Promise.all([postgres, mariadb].map((r) => (r.status === 'fulfilled' ? r.value.release() : undefined)))
+    if (errors.length === 1) throw errors[0]
+    throw new AggregateError(errors, errors.map((e) => (e instanceof Error ? e.message : String(e))).join('\n'))
   }
+  project.provide('pgUrl', postgres.value.url)
+  project.provide('mysqlUrl', mariadb.value.url)
+  return async () => {
+    await Promise.all([postgres.value.release(), mariadb.value.release()])
+  }
+}
 
-  shared.server ??= startPostgres()
+/** The server of one kind: an external URL as is, else the shared throwaway server (started on first use). */
+async function acquire(kind: ServerKind, external: string | undefined, start: () => Promise<RunningServer>): Promise<Lease> {
+  if (external) return { url: external, release: async () => {} }
+  const pending = (shared[kind] ??= start())
   let server: RunningServer
   try {
-    server = await shared.server
+    server = await pending
   } catch (err) {
-    shared.server = undefined
+    if (shared[kind] === pending) shared[kind] = undefined
     throw err
   }
   server.users++
-  project.provide('pgUrl', server.url)
-  return async () => {
-    server.users--
-    if (server.users > 0) return
-    shared.server = undefined
-    await server.stop()
+  let released = false
+  return {
+    url: server.url,
+    async release() {
+      if (released) return
+      released = true
+      server.users--
+      if (server.users > 0) return
+      if (shared[kind] === pending) shared[kind] = undefined
+      await server.stop()
+    },
   }
 }
 
@@ -81,6 +120,30 @@ async function freePort(): Promise<number> {
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
+
+/**
+ * A last resort when the vitest process exits without its teardown (a crash, a closed output pipe):
+ * stops the server synchronously from the `exit` event and removes what it can of `dir`, so no server
+ * outlives the run. Answers the function that withdraws it (the normal teardown calls it).
+ */
+function killOnExit(kill: () => void, dir: string): () => void {
+  const onExit = () => {
+    try {
+      kill()
+    } catch {
+      // already gone
+    }
+    try {
+      rmSync(dir, { recursive: true, force: true })
+    } catch {
+      // the server may still be writing its last files
+    }
+  }
+  process.once('exit', onExit)
+  return () => {
+    process.off('exit', onExit)
+  }
+}
 
 /** Resolves true when `promise` settles within `ms`, false otherwise; never keeps the process alive. */
 async function within(promise: Promise<unknown>, ms: number): Promise<boolean> {
@@ -157,7 +220,19 @@ async function startPostgres(): Promise<RunningServer> {
         await client.query('select 1')
         await client.end()
         console.log(`[global-setup] PostgreSQL (${bin}) ready on port ${port} in ${Date.now() - started} ms`)
-        return { url, users: 0, stop: () => stopPostgres(child, dataDir, dir) }
+        const forget = killOnExit(() => {
+          // SIGQUIT to the postmaster: immediate shutdown, its backends follow.
+          const pid = Number(readFileSync(join(dataDir, 'postmaster.pid'), 'utf8').split('\n')[0])
+          if (Number.isSafeInteger(pid) && pid > 0) process.kill(pid, 'SIGQUIT')
+        }, dir)
+        return {
+          url,
+          users: 0,
+          stop: async () => {
+            forget()
+            await stopPostgres(child, dataDir, dir)
+          },
+        }
       } catch {
         await client.end().catch(() => {})
         await sleep(100)
@@ -198,6 +273,218 @@ async function stopPostgres(child: ChildProcess, dataDir: string, dir: string | 
   signal('SIGINT')
   if (!(await within(exited, 10_000))) {
     signal('SIGQUIT')
+    await within(exited, 5_000)
+  }
+  if (dir !== undefined) rmSync(dir, { recursive: true, force: true })
+}
+
+// ---------------------------------------------------------------------------------------------------
+// MariaDB
+// ---------------------------------------------------------------------------------------------------
+
+/** Server settings for a throwaway test server: small, no durability, no binary log, utf8mb4. */
+const MARIADB_SETTINGS = [
+  '--innodb-buffer-pool-size=64M',
+  '--innodb-log-file-size=16M',
+  '--innodb-flush-log-at-trx-commit=0',
+  '--innodb-doublewrite=0',
+  // Plain threads instead of io_uring/libaio: container seccomp profiles often refuse io_uring.
+  '--innodb-use-native-aio=0',
+  '--skip-log-bin',
+  '--skip-name-resolve',
+  '--character-set-server=utf8mb4',
+  '--collation-server=utf8mb4_general_ci',
+]
+
+/** The MariaDB server binary: `mariadbd` (or the older `mysqld` name) in the usual places or on PATH. */
+function findMariadbServer(): string | undefined {
+  const dirs = ['/usr/sbin', '/usr/local/sbin', '/usr/local/mysql/bin', '/usr/local/mariadb/bin', ...(process.env.PATH ?? '').split(delimiter)]
+  for (const name of ['mariadbd', 'mysqld']) {
+    for (const dir of dirs) {
+      if (dir && existsSync(join(dir, name))) return join(dir, name)
+    }
+  }
+  return undefined
+}
+
+/** The directory of the server's own system-table scripts (what mariadb-install-db feeds the server). */
+function findSystemTablesSql(bin: string): string | undefined {
+  const candidates = [
+    resolvePath(dirname(bin), '..', 'share', 'mariadb'),
+    resolvePath(dirname(bin), '..', 'share', 'mysql'),
+    '/usr/share/mariadb',
+    '/usr/share/mysql',
+  ]
+  return candidates.find((d) => existsSync(join(d, 'mysql_system_tables.sql')) && existsSync(join(d, 'mysql_system_tables_data.sql')))
+}
+
+function findOnPath(name: string, extra: string[] = []): string | undefined {
+  for (const dir of [...extra, ...(process.env.PATH ?? '').split(delimiter)]) {
+    if (dir && existsSync(join(dir, name))) return join(dir, name)
+  }
+  return undefined
+}
+
+/** Runs a program to its end; rejects with the tail of its output when it fails. */
+async function run(program: string, args: string[], input?: string): Promise<void> {
+  const child = spawn(program, args, { stdio: [input === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'] })
+  let output = ''
+  const keep = (chunk: Buffer) => {
+    output = (output + chunk.toString()).slice(-8000)
+  }
+  child.stdout?.on('data', keep)
+  child.stderr?.on('data', keep)
+  // The server may exit (and fail) before reading all of its input: an EPIPE is reported by the exit.
+  child.stdin?.on('error', () => {})
+  child.stdin?.end(input)
+  const code = await new Promise<number | null>((resolve, reject) => {
+    child.once('error', reject)
+    child.once('close', (c) => resolve(c))
+  })
+  if (code !== 0) throw new Error(`${program} ${args.join(' ')} exited with ${code}:\n${output}`)
+}
+
+/**
+ * Creates the system tables in `dataDir`. The server's `--bootstrap` mode is given the same system-table
+ * scripts as mariadb-install-db, without the help tables, the GIS procedures and the `sys` schema, which
+ * take most of its five seconds and none of which the tests use; mariadb-install-db itself when the
+ * scripts are not where the packages put them.
+ */
+async function bootstrapMariadb(bin: string, dataDir: string, userArgs: string[]): Promise<string> {
+  const sqlDir = findSystemTablesSql(bin)
+  if (sqlDir !== undefined) {
+    const input = [
+      'create database if not exists mysql;',
+      'use mysql;',
+      'SET @auth_root_socket=NULL;',
+      readFileSync(join(sqlDir, 'mysql_system_tables.sql'), 'utf8'),
+      readFileSync(join(sqlDir, 'mysql_system_tables_data.sql'), 'utf8'),
+    ].join('\n')
+    await run(
+      bin,
+      [
+        '--no-defaults', '--bootstrap', `--datadir=${dataDir}`, '--log-warnings=0', '--enforce-storage-engine=',
+        '--max-allowed-packet=8M', '--net-buffer-length=16K', ...userArgs, ...MARIADB_SETTINGS,
+      ],
+      input,
+    )
+    return 'bootstrap'
+  }
+  const installDb = findOnPath('mariadb-install-db', ['/usr/bin', '/usr/local/bin', dirname(bin)]) ?? findOnPath('mysql_install_db', ['/usr/bin', dirname(bin)])
+  if (installDb === undefined) {
+    throw new Error(`Neither the system-table scripts (mysql_system_tables.sql) nor mariadb-install-db were found for ${bin}`)
+  }
+  await run(installDb, [
+    '--no-defaults', `--datadir=${dataDir}`, '--auth-root-authentication-method=normal', '--skip-test-db',
+    ...userArgs, ...MARIADB_SETTINGS,
+  ])
+  return 'mariadb-install-db'
+}
+
+async function startMariadb(): Promise<RunningServer> {
+  const bin = findMariadbServer()
+  const hint =
+    'Install them (Debian/Ubuntu: apt-get install mariadb-server; no service needs to run) or set ' +
+    'ATTACH_TEST_MYSQL_URL to a MySQL/MariaDB server whose user may CREATE DATABASE (mysql://user:password@host:port/).'
+  if (bin === undefined) {
+    // Never skip silently: in CI and locally alike the MySQL tests must run.
+    const message = `MariaDB server binaries (mariadbd or mysqld) were not found under /usr/sbin or on PATH. ${hint}`
+    throw new Error(process.env.CI ? `[CI] ${message}` : message)
+  }
+  let version = ''
+  try {
+    version = execFileSync(bin, ['--version'], { encoding: 'utf8' })
+  } catch (err) {
+    throw new Error(`${bin} --version failed: ${String(err)}. ${hint}`)
+  }
+  if (!/mariadb/i.test(version)) {
+    // MySQL's mysqld initializes and authenticates differently (and --skip-grant-tables turns networking off).
+    throw new Error(`${bin} is not a MariaDB server (${version.trim()}). ${hint}`)
+  }
+
+  const started = Date.now()
+  const asRoot = process.getuid?.() === 0
+  const dir = mkdtempSync(join(tmpdir(), 'attach-mysql-'))
+  const dataDir = join(dir, 'data')
+  mkdirSync(dataDir)
+  // As root the server drops to the `mysql` user itself (--user), which must own its directories.
+  const userArgs = asRoot ? ['--user=mysql'] : []
+  if (asRoot) {
+    const uid = Number(execFileSync('id', ['-u', 'mysql'], { encoding: 'utf8' }).trim())
+    const gid = Number(execFileSync('id', ['-g', 'mysql'], { encoding: 'utf8' }).trim())
+    chownSync(dir, uid, gid)
+    chownSync(dataDir, uid, gid)
+  }
+
+  let how: string
+  try {
+    how = await bootstrapMariadb(bin, dataDir, userArgs)
+  } catch (err) {
+    rmSync(dir, { recursive: true, force: true })
+    throw new Error(`Creating the MariaDB system tables failed: ${err instanceof Error ? err.message : String(err)}`)
+  }
+
+  let lastError = ''
+  for (let attempt = 0; attempt < 3; attempt++) {
+    const port = await freePort()
+    const child = spawn(
+      bin,
+      [
+        '--no-defaults', `--datadir=${dataDir}`, `--socket=${join(dir, 'mysqld.sock')}`, `--pid-file=${join(dir, 'mysqld.pid')}`,
+        `--tmpdir=${dir}`, `--port=${port}`, '--bind-address=127.0.0.1', '--skip-grant-tables', '--max-connections=500',
+        '--innodb-fast-shutdown=3', ...userArgs, ...MARIADB_SETTINGS,
+      ],
+      { cwd: dir, stdio: ['ignore', 'ignore', 'pipe'] },
+    )
+    let log = ''
+    child.stderr?.on('data', (chunk: Buffer) => {
+      log = (log + chunk.toString()).slice(-8000)
+    })
+    let exited = false
+    child.once('exit', () => {
+      exited = true
+    })
+    const url = `mysql://root@127.0.0.1:${port}/`
+    const deadline = Date.now() + 30_000
+    while (!exited && Date.now() < deadline) {
+      try {
+        const conn = await mysql.createConnection({ host: '127.0.0.1', port, user: 'root', connectTimeout: 2000 })
+        try {
+          await conn.query('select 1')
+        } finally {
+          await conn.end().catch(() => {})
+        }
+        console.log(`[global-setup] MariaDB (${bin}, ${how}) ready on port ${port} in ${Date.now() - started} ms`)
+        const forget = killOnExit(() => child.kill('SIGKILL'), dir)
+        return {
+          url,
+          users: 0,
+          stop: async () => {
+            forget()
+            await stopMariadb(child, dir)
+          },
+        }
+      } catch {
+        await sleep(100)
+      }
+    }
+    lastError = log
+    await stopMariadb(child, undefined)
+  }
+  rmSync(dir, { recursive: true, force: true })
+  throw new Error(`MariaDB did not start:\n${lastError}`)
+}
+
+/** SIGTERM (a fast shutdown: --innodb-fast-shutdown=3, nothing is kept), SIGKILL if it hangs; then removes `dir`. */
+async function stopMariadb(child: ChildProcess, dir: string | undefined): Promise<void> {
+  const gone = () => child.exitCode !== null || child.signalCode !== null
+  const exited = new Promise<void>((resolve) => {
+    if (gone()) resolve()
+    else child.once('exit', () => resolve())
+  })
+  if (!gone()) child.kill('SIGTERM')
+  if (!(await within(exited, 10_000)) && !gone()) {
+    child.kill('SIGKILL')
     await within(exited, 5_000)
   }
   if (dir !== undefined) rmSync(dir, { recursive: true, force: true })

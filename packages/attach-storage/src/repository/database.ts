@@ -78,6 +78,7 @@ export interface AttachDatabase {
  * @example
  * { type: 'sqlite', file: './data/attach.db' }
  * { type: 'postgres', url: 'postgres://app@db/app' }
+ * { type: 'mysql', url: 'mysql://app:secret@db:3306/app' }
  */
 export type DatabaseOptions =
   | { type: 'sqlite'; file: string }
@@ -101,7 +102,8 @@ function parsePgInt8(value: string): number | string {
  * - sqlite: better-sqlite3 on `file` (its directory is created), WAL, `synchronous = NORMAL`,
  *   `busy_timeout = 5000`, foreign keys on.
  * - postgres: a `pg` Pool; `bigint` columns come back as numbers when they fit.
- * - mysql: needs the optional `mysql2` package.
+ * - mysql: a `mysql2` pool (the optional `mysql2` package), utf8mb4; `bigint` columns come back as
+ *   numbers when they fit (`supportBigNumbers`), else as decimal strings. See docs/databases.md.
  */
 export async function openDatabase(options: DatabaseOptions): Promise<Kysely<any>> {
   switch (options.type) {
