@@ -87,8 +87,17 @@ async function migrateBoard(db: Kysely<any>): Promise<void> {
     .addColumn('created_by', 'varchar(255)')
     .addColumn('created_dt', 'varchar(24)', (c) => c.notNull())
     .execute()
-  await db.schema.createIndex('board_created_dt_idx').ifNotExists().on('board').columns(['created_dt', 'id']).execute()
-  await db.schema.createIndex('board_title_idx').ifNotExists().on('board').columns(['title', 'id']).execute()
+  // MySQL 8 has no CREATE INDEX IF NOT EXISTS: there, an existing index (error 1061) is fine.
+  for (const [name, columns] of [
+    ['board_created_dt_idx', ['created_dt', 'id']],
+    ['board_title_idx', ['title', 'id']],
+  ] as const) {
+    const create = db.schema.createIndex(name).on('board').columns([...columns])
+    if (dialect !== 'mysql') await create.ifNotExists().execute()
+    else await create.execute().catch((err: { errno?: number }) => {
+      if (err?.errno !== 1061) throw err
+    })
+  }
 }
 
 /** GET /board's whitelist, sortable columns and fallback order (contract). */
