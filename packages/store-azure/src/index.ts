@@ -24,6 +24,7 @@ import {
   type StoreFactory,
   type StoreListEntry,
   type StoreStat,
+  isNormalKey,
 } from 'attach-storage'
 
 const KiB = 1024
@@ -821,13 +822,6 @@ function rangeError(range: ByteRange, size: number, key: string): AttachStorageE
   )
 }
 
-function isNormalKey(key: string): boolean {
-  try {
-    return normalizeKey(key) === key
-  } catch {
-    return false
-  }
-}
 
 function toBuffer(chunk: unknown): Buffer {
   if (Buffer.isBuffer(chunk)) return chunk

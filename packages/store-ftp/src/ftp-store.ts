@@ -12,6 +12,7 @@ import {
   type StoreFactory,
   type StoreListEntry,
   type StoreStat,
+  resolveRange,
 } from 'attach-storage'
 import { Client, FTPError, type FileInfo, type FTPResponse } from 'basic-ftp'
 import { ClientPool } from './pool.js'
@@ -564,20 +565,3 @@ function reasonOf(err: unknown): string {
   return text.length > MAX_REASON ? `${text.slice(0, MAX_REASON)}…` : text || 'unknown error'
 }
 
-/**
- * An inclusive HTTP-style range checked against the size, exactly as the local store does: `end` past
- * the last byte is cut to it; a malformed range or a start at or past the end is `range-not-satisfiable`.
- */
-function resolveRange(range: ByteRange, size: number, key: string): { start: number; end: number } {
-  const { start, end } = range
-  const valid =
-    Number.isSafeInteger(start) && start >= 0 && (end === undefined || (Number.isSafeInteger(end) && end >= start))
-  if (!valid || start >= size) {
-    throw new AttachStorageError(
-      'range-not-satisfiable',
-      `Range ${start}-${end ?? ''} is not satisfiable for key ${JSON.stringify(key)} of ${size} bytes`,
-      { status: 416, details: { size } },
-    )
-  }
-  return { start, end: end === undefined ? size - 1 : Math.min(end, size - 1) }
-}

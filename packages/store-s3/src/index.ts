@@ -36,6 +36,7 @@ import {
   type StoreFactory,
   type StoreListEntry,
   type StoreStat,
+  isNormalKey,
 } from 'attach-storage'
 import {
   isAbortError,
@@ -301,7 +302,7 @@ export class S3Store implements Store {
         if (key === undefined || !key.startsWith(full)) continue
         const relative = key.slice(this.prefix.length)
         // Objects no key can name (folder markers "x/", "..", names outside the key alphabet) are skipped.
-        if (!isValidKey(relative)) continue
+        if (!isNormalKey(relative)) continue
         yield { key: relative, size: object.Size ?? 0, lastModified: object.LastModified ?? new Date(0) }
       }
       token = page.IsTruncated ? page.NextContinuationToken : undefined
@@ -603,13 +604,6 @@ export const createStore: StoreFactory = async (name, settings) => {
 
 // ----------------------------------------------------------------------------------------------------
 
-function isValidKey(key: string): boolean {
-  try {
-    return normalizeKey(key) === key
-  } catch {
-    return false
-  }
-}
 
 /** The GetObject body as a Node Readable (it is one in Node: the HTTP response itself). */
 function bodyOf(body: unknown): Readable {

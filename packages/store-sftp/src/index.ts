@@ -17,6 +17,7 @@ import {
   type StoreFactory,
   type StoreListEntry,
   type StoreStat,
+  resolveRange,
 } from 'attach-storage'
 import { Connection, ConnectionPool, isRemoteError, type PoolStats } from './pool.js'
 import { formatFingerprint, resolveSettings, scrub, type ResolvedSettings, type SftpStoreOptions } from './settings.js'
@@ -643,22 +644,6 @@ async function streamCopy(conn: Connection, source: Buffer, target: Buffer): Pro
   await pipeline(reader, writer.sink())
 }
 
-/** An inclusive HTTP-style range checked against the size; `end` past the last byte is cut to it. */
-function resolveRange(range: ByteRange | undefined, size: number, key: string): { start: number; end: number } {
-  if (range === undefined) return { start: 0, end: size - 1 }
-  const { start, end } = range
-  const valid =
-    Number.isSafeInteger(start) && start >= 0 && (end === undefined || (Number.isSafeInteger(end) && end >= start))
-  if (!valid || start >= size) {
-    const shown = `${start}-${end ?? ''}`
-    throw new AttachStorageError(
-      'range-not-satisfiable',
-      `Range ${shown} is not satisfiable for key ${JSON.stringify(key)} of ${size} bytes`,
-      { status: 416, details: { size } },
-    )
-  }
-  return { start, end: end === undefined ? size - 1 : Math.min(end, size - 1) }
-}
 
 /**
  * Writes to an open handle with several WRITE requests in flight (SFTP answers them in order, and a

@@ -137,3 +137,12 @@ export function joinKey(...parts: string[]): string {
   }
   return normalizeKey(kept.join('/'))
 }
+
+/** True when `key` is already in normal form (what {@link normalizeKey} would return unchanged). */
+export function isNormalKey(key: string): boolean {
+  try {
+    return normalizeKey(key) === key
+  } catch {
+    return false
+  }
+}

@@ -17,6 +17,7 @@ import { type Readable, Writable } from 'node:stream'
 import { pipeline } from 'node:stream/promises'
 import { AttachStorageError, configError, notFound } from '../errors.js'
 import { isValidKeySegment, MAX_KEY_LENGTH, normalizeKey, normalizePrefix } from './key.js'
+import { resolveRange } from './range.js'
 import type { ByteRange, PutOptions, Store, StoreListEntry, StoreStat } from './store.js'
 
 /** Options of {@link LocalStore}. */
@@ -470,18 +471,3 @@ async function syncDir(dir: string): Promise<void> {
   }
 }
 
-/** An inclusive HTTP-style range checked against the size; `end` past the last byte is cut to it. */
-function resolveRange(range: ByteRange, size: number, key: string): { start: number; end: number } {
-  const { start, end } = range
-  const valid =
-    Number.isSafeInteger(start) && start >= 0 && (end === undefined || (Number.isSafeInteger(end) && end >= start))
-  if (!valid || start >= size) {
-    const shown = `${start}-${end ?? ''}`
-    throw new AttachStorageError(
-      'range-not-satisfiable',
-      `Range ${shown} is not satisfiable for key ${JSON.stringify(key)} of ${size} bytes`,
-      { status: 416, details: { size } },
-    )
-  }
-  return { start, end: end === undefined ? size - 1 : Math.min(end, size - 1) }
-}
