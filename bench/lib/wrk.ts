@@ -1,0 +1,108 @@
+/** wrk (Debian package `wrk`), installed on first use when missing and when we are root. */
+import { execFile, execFileSync, spawnSync } from 'node:child_process'
+
+let state: { ok: true } | { ok: false; reason: string } | undefined
+
+/** Makes sure wrk is on the PATH; answers why not otherwise. */
+export function ensureWrk(log: (s: string) => void): { ok: true } | { ok: false; reason: string } {
+  if (state) return state
+  const has = () => spawnSync('sh', ['-c', 'command -v wrk'], { stdio: 'ignore' }).status === 0
+  if (has()) return (state = { ok: true })
+  if (process.getuid?.() !== 0) {
+    return (state = { ok: false, reason: 'wrk is not installed and this is not root (install it with: apt-get install -y wrk)' })
+  }
+  log('wrk is not installed: installing the Debian package (apt-get update && apt-get install -y wrk) ...')
+  try {
+    const env = { ...process.env, DEBIAN_FRONTEND: 'noninteractive' }
+    execFileSync('apt-get', ['update', '-qq'], { stdio: ['ignore', 'ignore', 'inherit'], env })
+    execFileSync('apt-get', ['install', '-y', '-qq', '--no-install-recommends', 'wrk'], { stdio: ['ignore', 'ignore', 'inherit'], env })
+  } catch (err) {
+    return (state = { ok: false, reason: `apt-get install wrk failed: ${(err as Error).message.split('\n')[0]}` })
+  }
+  if (!has()) return (state = { ok: false, reason: 'apt-get install wrk did not put wrk on the PATH' })
+  log('wrk installed.')
+  return (state = { ok: true })
+}
+
+export interface WrkResult {
+  rps: number
+  requests: number
+  non2xx: number
+  errors: number
+  latencyP50ms: number
+  latencyP99ms: number
+  mibPerSec: number
+}
+
+const unit = (v: string, u: string, table: Record<string, number>) => Number(v) * (table[u] ?? 1)
+
+/** Runs wrk (keep-alive is wrk's default) and parses its report. */
+export function wrk(url: string, opts: { connections: number; threads: number; seconds: number }): Promise<WrkResult> {
+  const args = ['-t', String(opts.threads), '-c', String(opts.connections), '-d', `${opts.seconds}s`, '--latency', url]
+  return new Promise((resolve, reject) => {
+    execFile('wrk', args, { maxBuffer: 1 << 20 }, (err, stdout, stderr) => {
+      if (err) return reject(new Error(`wrk failed: ${err.message} ${stderr}`))
+      const rps = /Requests\/sec:\s+([\d.]+)/.exec(stdout)
+      const total = /(\d+) requests in/.exec(stdout)
+      if (!rps || !total) return reject(new Error(`cannot read wrk's output:\n${stdout}`))
+      const non2xx = Number(/Non-2xx or 3xx responses:\s+(\d+)/.exec(stdout)?.[1] ?? 0)
+      const se = /Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)/.exec(stdout)
+      const errors = se ? Number(se[1]) + Number(se[2]) + Number(se[3]) + Number(se[4]) : 0
+      const lat = (p: string) => {
+        const m = new RegExp(`^\\s+${p}%\\s+([\\d.]+)(us|ms|s)`, 'm').exec(stdout)
+        return m ? unit(m[1]!, m[2]!, { us: 0.001, ms: 1, s: 1000 }) : NaN
+      }
+      const tr = /Transfer\/sec:\s+([\d.]+)(B|KB|MB|GB)/.exec(stdout)
+      resolve({
+        rps: Number(rps[1]),
+        requests: Number(total[1]),
+        non2xx,
+        errors,
+        latencyP50ms: lat('50'),
+        latencyP99ms: lat('99'),
+        mibPerSec: tr ? unit(tr[1]!, tr[2]!, { B: 1 / 1048576, KB: 1 / 1024, MB: 1, GB: 1024 }) : NaN,
+      })
+    })
+  })
+}
+
+export interface WrkTarget {
+  label: string
+  url: string
+  pid: number
+}
+
+export interface WrkMeasured extends WrkResult {
+  label: string
+  rssGrowth: number
+  /** Server CPU seconds over the measured run. */
+  cpu: number
+  /** Server CPU microseconds per request. */
+  cpuPerReq: number
+}
+
+/**
+ * wrk against each target in turn (the others idle): a warm-up, then the measured run, with the target
+ * server's peak RSS growth over the measured run. 32 connections, 2 threads unless told otherwise.
+ */
+export async function wrkEach(
+  targets: WrkTarget[],
+  opts: { seconds: number; warmSeconds: number; connections?: number; threads?: number; log: (s: string) => void },
+): Promise<WrkMeasured[]> {
+  const { PeakMemory } = await import('./proc.js')
+  const out: WrkMeasured[] = []
+  const c = { connections: opts.connections ?? 32, threads: opts.threads ?? 2 }
+  for (const t of targets) {
+    opts.log(`wrk ${c.connections} connections, ${opts.warmSeconds} s warm-up + ${opts.seconds} s: ${t.label} ${t.url}`)
+    await wrk(t.url, { ...c, seconds: opts.warmSeconds })
+    const probe = new PeakMemory(t.pid)
+    probe.start()
+    const r = await wrk(t.url, { ...c, seconds: opts.seconds })
+    const mem = probe.stop()
+    if (r.non2xx > 0 || r.errors > 0) {
+      throw new Error(`${t.label}: ${r.non2xx} non-2xx answers and ${r.errors} socket errors out of ${r.requests} requests`)
+    }
+    out.push({ ...r, label: t.label, rssGrowth: mem.growth, cpu: mem.cpu, cpuPerReq: (mem.cpu * 1e6) / r.requests })
+  }
+  return out
+}
