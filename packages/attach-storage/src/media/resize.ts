@@ -93,6 +93,8 @@ export class Resizer {
   readonly #inflight = new Map<string, Promise<Variant | undefined>>()
   /** Keys whose original needs no resize or cannot be decoded: serve the original. */
   readonly #asOriginal = new Map<string, true>()
+  /** Variants known to be in their store: a cached view costs no store round trip to find it. */
+  readonly #known = new Map<string, Variant>()
   readonly #options: ResizerOptions
   /** How many variants this process has generated (for tests and benchmarks). */
   generated = 0
@@ -115,16 +117,19 @@ export class Resizer {
   ): Promise<Variant | undefined> {
     const cacheKey = `${store.name}\u0000${key}`
     if (this.#asOriginal.has(cacheKey)) return undefined
+    const known = this.#known.get(cacheKey)
+    if (known) return known
     const type = r.format ? FORMATS[r.format] : originalType
     try {
       const s = await store.stat(key)
-      if (s.size > 0) return { key, size: s.size, type }
+      if (s.size > 0) return this.#remember_(cacheKey, { key, size: s.size, type })
     } catch {
       // Not made yet.
     }
     let p = this.#inflight.get(cacheKey)
     if (!p) {
       p = this.#make(store, originalKey, key, type, r)
+        .then((v) => (v ? this.#remember_(cacheKey, v) : v))
         .catch((err) => {
           onError(err)
           this.#remember(cacheKey)
@@ -136,6 +141,20 @@ export class Resizer {
     return p
   }
 
+  /** Variants are deleted only with their record, whose lookup fails first; forgetting is for memory. */
+  #remember_(cacheKey: string, v: Variant): Variant {
+    if (this.#known.size > 50_000) this.#known.delete(this.#known.keys().next().value!)
+    this.#known.set(cacheKey, v)
+    return v
+  }
+
+  /** Forgets what is known of a record's variants (called when it is deleted). */
+  forget(storeName: string, prefix: string): void {
+    const start = `${storeName}\u0000${prefix}`
+    for (const k of this.#known.keys()) if (k.startsWith(start)) this.#known.delete(k)
+    for (const k of this.#asOriginal.keys()) if (k.startsWith(start)) this.#asOriginal.delete(k)
+  }
+
   #remember(cacheKey: string): void {
     if (this.#asOriginal.size > 10_000) this.#asOriginal.delete(this.#asOriginal.keys().next().value!)
     this.#asOriginal.set(cacheKey, true)
@@ -143,7 +162,11 @@ export class Resizer {
 
   async #make(store: Store, originalKey: string, key: string, type: string, r: ResizeRequest): Promise<Variant | undefined> {
     // The header tells the size; an original inside the box is served as it is (never upscaled).
-    const meta = await readMetadata(await store.get(originalKey), this.#options.maxInputPixels)
+    // A local original is read by path: the decoder then seeks instead of being fed a stream.
+    const path = store.localPath?.(originalKey)
+    const meta = path
+      ? await sharp(path, { limitInputPixels: this.#options.maxInputPixels, failOn: 'none' }).metadata()
+      : await readMetadata(await store.get(originalKey), this.#options.maxInputPixels)
     const swap = (meta.orientation ?? 1) >= 5
     const width = swap ? meta.height : meta.width
     const height = swap ? meta.width : meta.height
@@ -154,14 +177,17 @@ export class Resizer {
       this.#remember(`${store.name}\u0000${key}`)
       return undefined
     }
-    const pipeline = sharp({ limitInputPixels: this.#options.maxInputPixels, failOn: 'error', sequentialRead: true })
+    const options = { limitInputPixels: this.#options.maxInputPixels, failOn: 'error' as const, sequentialRead: true }
+    const pipeline = (path ? sharp(path, options) : sharp(options))
       .rotate()
       .resize({ width: r.w, height: r.h, fit: 'inside', withoutEnlargement: true })
     if (r.format) pipeline.toFormat(r.format, r.format === 'avif' ? { effort: 2 } : {})
-    const source = await store.get(originalKey)
-    source.on('error', (err) => pipeline.destroy(err))
-    pipeline.on('error', () => source.destroy())
-    source.pipe(pipeline)
+    if (!path) {
+      const source = await store.get(originalKey)
+      source.on('error', (err) => pipeline.destroy(err))
+      pipeline.on('error', () => source.destroy())
+      source.pipe(pipeline)
+    }
     const { size } = await store.put(key, pipeline, { contentType: type })
     if (size === 0) {
       await store.delete(key)

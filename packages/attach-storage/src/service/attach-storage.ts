@@ -1073,6 +1073,7 @@ export class AttachStorage {
     try {
       const store = this.store(r.store)
       const prefix = variantPrefix(storeKey(r.savedDir, ''), r.id)
+      this.resizer.forget(store.name, prefix)
       for await (const e of store.list(prefix)) await store.delete(e.key)
     } catch (err) {
       this.logger.warn(`attach-storage: deleting the variants of attachment ${r.id} failed`, err)

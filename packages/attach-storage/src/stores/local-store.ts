@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto'
-import { constants, type Dirent, type Stats } from 'node:fs'
+import { close as fsClose, constants, createReadStream, fstat, open as fsOpen, write as fsWrite, writev as fsWritev, type Dirent, type Stats } from 'node:fs'
 import {
   copyFile,
   lstat,
@@ -116,21 +116,24 @@ export class LocalStore implements Store {
 
   async get(key: string, range?: ByteRange): Promise<Readable> {
     const file = this.#pathOf(key)
-    let handle: FileHandle
+    // The callback API: on the view hot path it costs much less per call than FileHandle's promises.
+    let fd: number
     try {
-      handle = await open(file, READ_FLAGS)
+      fd = await new Promise<number>((resolve, reject) => fsOpen(file, READ_FLAGS, (err, n) => (err ? reject(err) : resolve(n))))
     } catch (err) {
       const code = errnoOf(err)
       if (isMissing(err) || code === 'ELOOP' || code === 'EISDIR') throw this.#notFound(key)
       throw err
     }
     try {
-      const stats = await handle.stat()
+      const stats = await new Promise<Stats>((resolve, reject) => fstat(fd, (err, st) => (err ? reject(err) : resolve(st))))
       if (!stats.isFile()) throw this.#notFound(key)
-      if (range === undefined) return handle.createReadStream()
-      return handle.createReadStream(resolveRange(range, stats.size, key))
+      const { start, end } = range === undefined ? { start: 0, end: undefined } : resolveRange(range, stats.size, key)
+      // Large reads in large chunks: fewer syscalls and fewer stream turns per byte.
+      const highWaterMark = stats.size > 4 * 1024 * 1024 ? 1024 * 1024 : 64 * 1024
+      return createReadStream(file, { fd, start, end, highWaterMark, autoClose: true })
     } catch (err) {
-      await handle.close().catch(() => {})
+      fsClose(fd, () => {})
       throw err
     }
   }
@@ -422,39 +425,44 @@ async function writeAll(handle: FileHandle, bytes: Uint8Array, signal: AbortSign
  * until it closes it, so the handle could not be fsynced and closed by us afterwards).
  */
 function fileSink(handle: FileHandle): Writable & { bytesWritten: number } {
+  // Callback writes on the descriptor (cheaper per chunk than FileHandle's promises); `writev` lets
+  // the stream hand over everything buffered in one system call.
+  const fd = handle.fd
+  const writeFully = (buffers: Buffer[], callback: (err?: Error | null) => void) => {
+    const total = buffers.reduce((n, b) => n + b.byteLength, 0)
+    const done = (err: Error | null, written: number) => {
+      if (err) return callback(err)
+      sink.bytesWritten += written
+      if (written === total) return callback()
+      // A short write (rare on regular files): carry on with what is left.
+      let skip = written
+      const rest: Buffer[] = []
+      for (const b of buffers) {
+        if (skip >= b.byteLength) skip -= b.byteLength
+        else {
+          rest.push(b.subarray(skip))
+          skip = 0
+        }
+      }
+      writeFully(rest, callback)
+    }
+    if (buffers.length === 1) fsWrite(fd, buffers[0]!, 0, buffers[0]!.byteLength, null, (err, n) => done(err, n))
+    else fsWritev(fd, buffers, (err, n) => done(err, n))
+  }
   const sink = new Writable({
-    highWaterMark: 64 * 1024,
+    highWaterMark: 1024 * 1024,
     write(chunk: Buffer, _encoding, callback) {
-      writeAll(handle, chunk, undefined).then((n) => {
-        sink.bytesWritten += n
-        callback()
-      }, callback)
+      writeFully([chunk], callback)
     },
     writev(chunks, callback) {
-      writeVector(
-        handle,
+      writeFully(
         chunks.map((c) => c.chunk as Buffer),
-      ).then((n) => {
-        sink.bytesWritten += n
-        callback()
-      }, callback)
+        callback,
+      )
     },
   }) as Writable & { bytesWritten: number }
   sink.bytesWritten = 0
   return sink
-}
-
-async function writeVector(handle: FileHandle, buffers: Buffer[]): Promise<number> {
-  const total = buffers.reduce((sum, b) => sum + b.byteLength, 0)
-  let { bytesWritten: done } = await handle.writev(buffers)
-  // A short write (rare on regular files): write what is left buffer by buffer.
-  for (let i = 0, start = 0; done < total && i < buffers.length; i++) {
-    const buffer = buffers[i] as Buffer
-    const end = start + buffer.byteLength
-    if (end > done) done += await writeAll(handle, buffer.subarray(done - start), undefined)
-    start = end
-  }
-  return done
 }
 
 /** Makes a rename in `dir` durable. Best effort: some platforms (Windows) cannot open a directory. */
