@@ -104,6 +104,12 @@ export async function serveFile(request: Request, target: ServeTarget, action: '
     headers.set('content-length', String(range ? range.end! - range.start + 1 : target.fileSize))
     return new Response(null, { status: range ? 206 : 200, headers })
   }
+  if (target.bytes) {
+    const body = range ? target.bytes.subarray(range.start, range.end! + 1) : target.bytes
+    if (range) headers.set('content-range', `bytes ${range.start}-${range.end}/${target.fileSize}`)
+    headers.set('content-length', String(body.length))
+    return new Response(body as unknown as BodyInit, { status: range ? 206 : 200, headers })
+  }
   const stream = await target.store.get(target.key, range ?? undefined)
   if (range) {
     headers.set('content-range', `bytes ${range.start}-${range.end}/${target.fileSize}`)

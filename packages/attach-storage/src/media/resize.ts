@@ -75,6 +75,8 @@ export interface Variant {
   key: string
   size: number
   type: string
+  /** The bytes, when this request just made the variant (stored already; served without a re-read). */
+  bytes?: Buffer
 }
 
 /** Options of the resizer. */
@@ -129,7 +131,10 @@ export class Resizer {
     let p = this.#inflight.get(cacheKey)
     if (!p) {
       p = this.#make(store, originalKey, key, type, r)
-        .then((v) => (v ? this.#remember_(cacheKey, v) : v))
+        .then((v) => {
+          if (v) this.#remember_(cacheKey, { key: v.key, size: v.size, type: v.type })
+          return v
+        })
         .catch((err) => {
           onError(err)
           this.#remember(cacheKey)
@@ -188,13 +193,12 @@ export class Resizer {
       pipeline.on('error', () => source.destroy())
       source.pipe(pipeline)
     }
-    const { size } = await store.put(key, pipeline, { contentType: type })
-    if (size === 0) {
-      await store.delete(key)
-      throw new Error('the resizer produced no bytes')
-    }
+    // A variant is at most 4096×4096: made in memory, written whole (atomically), then served from here.
+    const bytes = await pipeline.toBuffer()
+    if (bytes.length === 0) throw new Error('the resizer produced no bytes')
+    await store.put(key, bytes, { contentType: type })
     this.generated++
-    return { key, size, type }
+    return { key, size: bytes.length, type, bytes }
   }
 }
 

@@ -153,6 +153,8 @@ export interface ServeTarget {
   private: boolean
   /** Request headers the answer depends on (`Accept` for negotiated formats). */
   vary?: string
+  /** The bytes themselves, when they are in memory already (a variant just made); else read from the store. */
+  bytes?: Buffer
 }
 
 const TMP_PREFIX = '_tmp/'
@@ -1162,6 +1164,7 @@ export class AttachStorage {
           cache,
           private: category.secureAccess !== undefined,
           vary: resize.negotiated ? 'Accept' : undefined,
+          bytes: variant.bytes,
         }
       }
     }
