@@ -47,6 +47,9 @@ export function parseRange(header: string | null, size: number): ByteRange | nul
 
 const quoteEtag = (sha: string) => `"${sha}"`
 
+/** Bodies up to this size are answered as bytes rather than as a stream. */
+const SMALL_BODY = 256 * 1024
+
 function notModified(request: Request, target: ServeTarget): boolean {
   const inm = request.headers.get('if-none-match')
   if (inm && target.etag) {
@@ -111,6 +114,17 @@ export async function serveFile(request: Request, target: ServeTarget, action: '
     return new Response(body as unknown as BodyInit, { status: range ? 206 : 200, headers })
   }
   const stream = await target.store.get(target.key, range ?? undefined)
+  const length = range ? range.end! - range.start + 1 : target.fileSize
+  if (length <= SMALL_BODY) {
+    // A small file is read whole and answered as bytes: the adapters write those at once, where a
+    // stream costs a Web stream round trip per answer.
+    const chunks: Buffer[] = []
+    for await (const c of stream) chunks.push(c as Buffer)
+    const body = Buffer.concat(chunks)
+    if (range) headers.set('content-range', `bytes ${range.start}-${range.end}/${target.fileSize}`)
+    headers.set('content-length', String(body.length))
+    return new Response(body as unknown as BodyInit, { status: range ? 206 : 200, headers })
+  }
   if (range) {
     headers.set('content-range', `bytes ${range.start}-${range.end}/${target.fileSize}`)
     headers.set('content-length', String(range.end! - range.start + 1))
