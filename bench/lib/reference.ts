@@ -24,6 +24,7 @@ export async function startReference(
   maxFileSize: number,
   app = 'hono-app',
   label = 'attach-storage',
+  env: Record<string, string> = {},
 ): Promise<Reference> {
   const dataDir = await mkdtemp(join(base, 'ref-'))
   let server: Server
@@ -32,6 +33,7 @@ export async function startReference(
       ATTACH_DATA_DIR: dataDir,
       ATTACH_JWT_SECRET: JWT_SECRET,
       ATTACH_MAX_FILE_SIZE: String(maxFileSize),
+      ...env,
     }, [], { profile: true })
   } catch (err) {
     await rm(dataDir, { recursive: true, force: true })

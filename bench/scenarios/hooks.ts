@@ -2,15 +2,15 @@
  * 6. list (bench/list.ts, written beside this bench), 7. adapters (issue 6 item 5), 8. S3 (issue 5 item 8).
  */
 import { existsSync } from 'node:fs'
-import { mkdtemp, rm } from 'node:fs/promises'
+import { mkdtemp, rm, writeFile } from 'node:fs/promises'
 import { createRequire } from 'node:module'
 import { join } from 'node:path'
 import { pathToFileURL } from 'node:url'
-import { paddedJpeg } from '../lib/files.js'
-import { request } from '../lib/http.js'
-import { ROOT, startServer, type Server } from '../lib/proc.js'
+import { bigFile, paddedJpeg } from '../lib/files.js'
+import { median, mibps, request, uploadMultipart } from '../lib/http.js'
+import { PeakMemory, ROOT, startServer, type Server } from '../lib/proc.js'
 import { startReference } from '../lib/reference.js'
-import { fmtCpuPerReq, fmtRps, judge, MiB, target, type Context } from '../lib/report.js'
+import { fmtCpuPerGiB, fmtCpuPerReq, fmtRate, fmtRps, judge, MiB, target, type Context } from '../lib/report.js'
 import { ensureWrk, wrkEach } from '../lib/wrk.js'
 import { SMALL, wrkTimes } from './small-views.js'
 
@@ -118,16 +118,97 @@ export async function adaptersBench(ctx: Context): Promise<void> {
 }
 
 /**
- * HOOK (issue 5 item 8): upload and view of a 256 MiB file through the S3 store against the S3 SDK alone
- * on the same server (target ratio >= 0.9), on s3rver on loopback. Not written yet: it needs
- * packages/store-s3 and its settings through ATTACH_CONFIG (contract), then the same shape as
- * scenarios/upload.ts and scenarios/view.ts with a baseline server using @aws-sdk/lib-storage's Upload and
- * GetObject.
+ * Issue 5 item 8: upload and view of a 256 MiB file (--quick: 16 MiB) through the S3 store, against the
+ * S3 SDK alone on the same server, both on one s3rver on loopback (target ratio >= 0.9 each). Ours: the
+ * reference server with ATTACH_CONFIG naming an S3 store as the default and temporary store, so the
+ * temporary upload streams into S3 and the view streams from it. The SDK's: a bare node:http server that
+ * streams the request body into lib-storage's Upload and GetObject back to the client.
  */
 export async function s3Bench(ctx: Context): Promise<void> {
-  const figure = 'upload + view 256 MiB via S3'
+  const figure = `upload + view ${ctx.quick ? 16 : 256} MiB via S3`
   const store = join(ROOT, 'packages', 'store-s3', 'src', 'index.ts')
   if (!existsSync(store)) return ctx.skip('s3', figure, 'packages/store-s3 is not there yet')
   if (!resolvable('s3rver')) return ctx.skip('s3', figure, 's3rver is not installed')
-  ctx.skip('s3', figure, 'hook only: the S3 scenario is not written yet (bench/scenarios/hooks.ts, s3Bench)')
+  const size = (ctx.quick ? 16 : 256) * MiB
+  const reps = ctx.quick ? 1 : 3
+  const file = await bigFile(ctx.work, size)
+  const dir = await mkdtemp(join(ctx.work, 's3-'))
+  const servers: Server[] = []
+  try {
+    const s3 = await startServer('s3rver', 'bench/servers/s3.ts', {}, ['s3rver', dir])
+    servers.push(s3)
+    const config = join(dir, 'attach.json')
+    await writeFile(
+      config,
+      JSON.stringify({
+        attach: {
+          stores: {
+            cloud: { type: 's3', bucket: 'bench', region: 'us-east-1', endpoint: s3.base, 'force-path-style': true, 'access-key': 'S3RVER', 'secret-key': 'S3RVER' },
+          },
+          'default-store': 'cloud',
+          'tmp-store': 'cloud',
+        },
+      }),
+    )
+    const ours = await startReference(ctx.work, size + 64 * MiB, 'hono-app', 'attach-storage', { ATTACH_CONFIG: config })
+    servers.push(ours)
+    const sdk = await startServer('S3 SDK alone', 'bench/servers/s3.ts', {}, ['sdk', s3.base])
+    servers.push(sdk)
+    const auth = { authorization: `Bearer ${ours.bearer}` }
+
+    // Upload: ours into the temporary area (in S3), the SDK's into an object; the same multipart body.
+    const up = async (which: 0 | 1) => {
+      const url = which === 0 ? `${ours.base}/api/storage/attach/tmp` : `${sdk.base}/upload`
+      const r = await uploadMultipart(url, { refDomain: 'demo', refCategory: 'default' }, [{ field: 'file', path: file }], which === 0 ? auth : {})
+      if (r.status !== 200) throw new Error(`s3 upload (${which === 0 ? 'ours' : 'sdk'}): ${r.status} ${r.body?.toString().slice(0, 300)}`)
+      return r
+    }
+    await up(0)
+    await up(1)
+    const probes = [new PeakMemory(ours.pid), new PeakMemory(sdk.pid)]
+    probes.forEach((p) => p.start())
+    const upRates: number[][] = [[], []]
+    for (let rep = 0; rep < reps; rep++) {
+      for (const which of [0, 1] as const) {
+        ctx.log(`s3: upload ${which === 0 ? 'ours' : 'sdk'}, run ${rep + 1}/${reps}`)
+        upRates[which]!.push(mibps(size, (await up(which)).seconds))
+      }
+    }
+    const upMem = probes.map((p) => p.stop())
+
+    // View: a saved record of ours, an object of the SDK's, both of the same bytes.
+    const [rec] = await ours.save([{ path: file, name: 'big.bin' }])
+    const sdkKey = JSON.parse((await up(1)).body!.toString()).key as string
+    const urls = [`${ours.base}/assets/storage/attach/view/${rec!.id}`, `${sdk.base}/${encodeURIComponent(sdkKey)}`]
+    // The SDK's object is the raw request body (the multipart framing around the file included): a few
+    // hundred bytes more, counted as they are.
+    for (const u of urls) {
+      const r = await request(u, { keep: 1024 })
+      if (r.status !== 200 || r.bytes < size || r.bytes > size + 4096) throw new Error(`s3 view ${u}: ${r.status} ${r.bytes}`)
+    }
+    const viewProbes = [new PeakMemory(ours.pid), new PeakMemory(sdk.pid)]
+    viewProbes.forEach((p) => p.start())
+    const viewRates: number[][] = [[], []]
+    for (let rep = 0; rep < reps; rep++) {
+      for (const which of [0, 1] as const) {
+        const r = await request(urls[which]!, { keep: 1024 })
+        viewRates[which]!.push(mibps(r.bytes, r.seconds))
+      }
+    }
+    const viewMem = viewProbes.map((p) => p.stop())
+    for (const [what, rates, mem] of [
+      ['upload', upRates, upMem],
+      ['view', viewRates, viewMem],
+    ] as const) {
+      const r0 = median(rates[0]!)
+      const r1 = median(rates[1]!)
+      const fig = `${what} ${ctx.quick ? 16 : 256} MiB via S3`
+      ctx.add({ scenario: 's3', figure: fig, subject: `attach-storage (S3 store)`, value: fmtRate(r0), rss: mem[0]!.growth, cpu: fmtCpuPerGiB(mem[0]!.cpu, size * reps), status: '' })
+      const ratio = r0 / r1
+      ctx.add({ scenario: 's3', figure: fig, subject: 'S3 SDK alone', value: fmtRate(r1), rss: mem[1]!.growth, cpu: fmtCpuPerGiB(mem[1]!.cpu, size * reps), ratio, target: target('>=', 0.9), status: judge(ratio, '>=', 0.9) })
+    }
+  } finally {
+    for (const s of servers.reverse()) await s.stop()
+    await rm(dir, { recursive: true, force: true })
+  }
 }
