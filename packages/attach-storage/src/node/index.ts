@@ -229,6 +229,9 @@ function drained(res: ServerResponse): Promise<boolean> {
  * is cancelled, which closes the file or store stream behind it. Headers a middleware already set on
  * `res` (CORS) are kept unless the response sets the same ones.
  */
+/** Bodies with a Content-Length up to this size are written at once. */
+const SMALL_RESPONSE = 256 * 1024
+
 export async function writeWebResponse(res: ServerResponse, response: Response, signal?: AbortSignal): Promise<void> {
   const headers: OutgoingHttpHeaders = {}
   response.headers.forEach((value, name) => {
@@ -247,6 +250,17 @@ export async function writeWebResponse(res: ServerResponse, response: Response, 
   if (!body || res.req?.method === 'HEAD') {
     await body?.cancel().catch(() => undefined)
     res.end()
+    return
+  }
+  // A small body with a known length (a small file, a JSON answer) is written in one piece: reading it
+  // whole costs less than a read loop over its stream.
+  const length = Number(response.headers.get('content-length') ?? NaN)
+  if (Number.isFinite(length) && length <= SMALL_RESPONSE) {
+    try {
+      res.end(Buffer.from(await response.arrayBuffer()))
+    } catch {
+      if (!res.destroyed) res.destroy()
+    }
     return
   }
 
