@@ -12,7 +12,8 @@ import { startReference } from '../lib/reference.js'
 import { fmtCpuPerGiB, fmtMiB, fmtRate, judge, MiB, target, type Context } from '../lib/report.js'
 
 export async function uploadBench(ctx: Context): Promise<void> {
-  const size = ctx.quick ? 16 * MiB : 512 * MiB
+  // BENCH_UPLOAD_MIB=1024 measures another size (memory must stay flat whatever the size).
+  const size = (Number(process.env.BENCH_UPLOAD_MIB) || (ctx.quick ? 16 : 512)) * MiB
   const reps = ctx.quick ? 1 : 3
   const figure = `upload ${fmtMiB(size).replace('.0 ', ' ')}`
   ctx.log(`upload: generating a ${fmtMiB(size)} file`)
