@@ -18,6 +18,7 @@ import Database from 'better-sqlite3'
 import { type Kysely, sql } from 'kysely'
 import { exportAll, type ListProvider, parseListRequest, runList } from '../packages/attach-storage/src/list/list-query.js'
 import { openDatabase } from '../packages/attach-storage/src/repository/database.js'
+import { BOARD_LIST } from '../examples/reference/src/reference.js'
 
 export interface ListBenchRow {
   name: string
@@ -32,17 +33,8 @@ export interface ListBenchRow {
   cpuP99: number
 }
 
-/** The `/board` provider of the reference server (docs: contract.md). */
-export const BOARD_PROVIDER: ListProvider = {
-  fields: {
-    title: { type: 'string', ops: ['eq', 'like'] },
-    id: { type: 'integer', ops: ['eq', 'gt', 'lt'] },
-    createdDt: { type: 'datetime', ops: ['gt', 'lt'], column: 'created_dt' },
-  },
-  sortable: { id: 'id', title: 'title', createdDt: 'created_dt' },
-  primaryKey: 'id',
-  positionIdx: true,
-}
+/** The `/board` provider of the reference server (docs: contract.md): the very one it serves with. */
+export const BOARD_PROVIDER: ListProvider = BOARD_LIST
 
 const TARGET_P99_MS = 10
 /**
