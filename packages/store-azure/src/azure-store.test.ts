@@ -18,6 +18,7 @@ import {
   StorageSharedKeyCredential,
 } from '@azure/storage-blob'
 import { AttachStorageError, createAttachHandler, createAttachStorage, openDatabase, type Store } from 'attach-storage'
+import { startAzurite, freePort, canConnect, type Azurite } from './test-azurite.js'
 import { describeStoreConformance } from 'attach-storage/testing'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { AzureBlobStore, createStore } from './index.js'
@@ -33,74 +34,6 @@ const connectionString = (port: number, key = ACCOUNT_KEY): string =>
 // ---------------------------------------------------------------------------------------------------
 // Azurite, started once for the file
 
-interface Azurite {
-  port: number
-  stop(): Promise<void>
-}
-
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = createNetServer()
-    srv.on('error', reject)
-    srv.listen(0, '127.0.0.1', () => {
-      const address = srv.address()
-      const port = typeof address === 'object' && address ? address.port : 0
-      srv.close(() => resolve(port))
-    })
-  })
-}
-
-const canConnect = (port: number): Promise<boolean> =>
-  new Promise((resolve) => {
-    const socket = connect(port, '127.0.0.1')
-    socket.once('connect', () => {
-      socket.destroy()
-      resolve(true)
-    })
-    socket.once('error', () => resolve(false))
-  })
-
-async function startAzurite(): Promise<Azurite> {
-  const main = join(dirname(createRequire(import.meta.url).resolve('azurite/package.json')), 'dist/src/blob/main.js')
-  const location = await mkdtemp(join(tmpdir(), 'azurite-'))
-  const port = await freePort()
-  // prettier-ignore
-  const child: ChildProcess = spawn(process.execPath, [
-    main, '--blobHost', '127.0.0.1', '--blobPort', String(port),
-    '--inMemoryPersistence', '--extentMemoryLimit', '1024',
-    '--skipApiVersionCheck', '--disableTelemetry', '--loose', '--silent',
-  ], { cwd: location, stdio: ['ignore', 'ignore', 'pipe'] }) // in memory; the empty cwd catches any stray file
-  let stderr = ''
-  child.stderr?.on('data', (d: Buffer) => {
-    stderr += d.toString()
-  })
-  let exited = false
-  const exit = new Promise<void>((resolve) => child.once('exit', () => resolve()))
-  void exit.then(() => {
-    exited = true
-  })
-  const deadline = Date.now() + 30_000
-  while (!(await canConnect(port))) {
-    if (exited) throw new Error(`Azurite exited at start: ${stderr}`)
-    if (Date.now() > deadline) {
-      child.kill('SIGKILL')
-      throw new Error(`Azurite did not listen on 127.0.0.1:${port} within 30 s: ${stderr}`)
-    }
-    await new Promise((r) => setTimeout(r, 100))
-  }
-  return {
-    port,
-    async stop() {
-      if (!exited) {
-        child.kill('SIGTERM')
-        const timer = setTimeout(() => child.kill('SIGKILL'), 5_000)
-        await exit
-        clearTimeout(timer)
-      }
-      await rm(location, { recursive: true, force: true })
-    },
-  }
-}
 
 // ---------------------------------------------------------------------------------------------------
 // A small HTTP proxy in front of Azurite: records requests, can refuse server-side copies, can stop
