@@ -1,10 +1,10 @@
-import { Readable } from 'node:stream'
 import { AttachStorageError, badRequest, notFound, tooLarge, unauthorized } from '../errors.js'
 import type { AttachStorage } from '../service/attach-storage.js'
 import type { AuthUser } from '../service/types.js'
 import { listResponse } from '../list/list-query.js'
 import { parseResizeRequest } from '../media/resize.js'
 import { receiveMultipart } from './multipart.js'
+import { streamResponse } from './node-body.js'
 import { contentDisposition, serveFile } from './serve.js'
 
 /** The JSON body limit of the JSON group (AttachBags, record lists). */
@@ -252,7 +252,7 @@ export function createAttachHandler(storage: AttachStorage): AttachHandler {
   async function zipDownload(request: Request): Promise<Response> {
     const { fileName, stream } = await storage.zip(request, await readJson(request))
     request.signal?.addEventListener('abort', () => stream.destroy(), { once: true })
-    return new Response(Readable.toWeb(stream) as ReadableStream<Uint8Array>, {
+    return streamResponse(stream, {
       headers: {
         'content-type': 'application/zip',
         'content-disposition': contentDisposition('attachment', fileName),

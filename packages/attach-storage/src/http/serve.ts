@@ -1,4 +1,4 @@
-import { Readable } from 'node:stream'
+import { streamResponse } from './node-body.js'
 import { AttachStorageError } from '../errors.js'
 import { isActiveContent } from '../media/sniff.js'
 import type { ByteRange } from '../stores/store.js'
@@ -132,5 +132,5 @@ export async function serveFile(request: Request, target: ServeTarget, action: '
     headers.set('content-length', String(target.fileSize))
   }
   request.signal?.addEventListener('abort', () => stream.destroy(), { once: true })
-  return new Response(Readable.toWeb(stream) as ReadableStream<Uint8Array>, { status: range ? 206 : 200, headers })
+  return streamResponse(stream, { status: range ? 206 : 200, headers })
 }

@@ -12,7 +12,9 @@
  */
 import type { IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http'
 import type { Readable } from 'node:stream'
+import { pipeline } from 'node:stream/promises'
 import { AttachStorageError, badRequest } from '../errors.js'
+import { nodeBodyOf } from '../http/node-body.js'
 
 /** Options shared by every entry point of the bridge. */
 export interface NodeBridgeOptions {
@@ -232,6 +234,8 @@ function drained(res: ServerResponse): Promise<boolean> {
 /** Bodies with a Content-Length up to this size are written at once. */
 const SMALL_RESPONSE = 256 * 1024
 
+export { NODE_BODY, nodeBodyOf } from '../http/node-body.js'
+
 export async function writeWebResponse(res: ServerResponse, response: Response, signal?: AbortSignal): Promise<void> {
   const headers: OutgoingHttpHeaders = {}
   response.headers.forEach((value, name) => {
@@ -250,6 +254,21 @@ export async function writeWebResponse(res: ServerResponse, response: Response, 
   if (!body || res.req?.method === 'HEAD') {
     await body?.cancel().catch(() => undefined)
     res.end()
+    return
+  }
+  // A stored file streamed by the handlers: its Node stream goes straight to the socket.
+  const node = nodeBodyOf(response)
+  if (node) {
+    const abort = () => node.destroy()
+    signal?.addEventListener('abort', abort, { once: true })
+    try {
+      await pipeline(node, res)
+    } catch {
+      // The client went away, or the source failed after the status line: cut the connection.
+      if (!res.destroyed) res.destroy()
+    } finally {
+      signal?.removeEventListener('abort', abort)
+    }
     return
   }
   // A small body with a known length (a small file, a JSON answer) is written in one piece: reading it
