@@ -9,6 +9,9 @@ export const NODE_BODY = Symbol.for('attach-storage.node-body')
 
 /** A Response whose body streams `stream`, carrying the stream for Node adapters (see {@link NODE_BODY}). */
 export function streamResponse(stream: Readable, init: ResponseInit): Response {
+  // A failure reaches whoever reads (the Web reader through `errored`, a Node pipeline through its own
+  // listener); this one only keeps an error with no reader yet from crashing the process.
+  stream.on('error', () => {})
   let started = false
   const body = new ReadableStream<Uint8Array>(
     {
@@ -41,12 +44,16 @@ export function nodeBodyOf(response: Response): Readable | undefined {
 /** The next chunk of a Node stream, or null at its end. */
 function nextChunk(stream: Readable): Promise<Uint8Array | null> {
   return new Promise((resolve, reject) => {
+    if (stream.errored) return reject(stream.errored)
     const chunk = stream.read() as Buffer | null
     if (chunk !== null) return resolve(chunk)
-    if (stream.readableEnded || stream.destroyed) return resolve(null)
+    if (stream.errored) return reject(stream.errored)
+    if (stream.readableEnded) return resolve(null)
+    // Destroyed before its end without an error: the answer is cut short, which must not pass as whole.
+    if (stream.destroyed) return reject(new Error('The stream was destroyed before its end'))
     const cleanup = () => {
       stream.off('readable', onReadable)
-      stream.off('end', onEnd)
+      stream.off('end', onEndOk)
       stream.off('error', onError)
       stream.off('close', onEnd)
     }
@@ -58,14 +65,20 @@ function nextChunk(stream: Readable): Promise<Uint8Array | null> {
     }
     const onEnd = () => {
       cleanup()
-      resolve(null)
+      if (stream.errored) reject(stream.errored)
+      else if (stream.readableEnded) resolve(null)
+      else reject(new Error('The stream was destroyed before its end'))
     }
     const onError = (err: Error) => {
       cleanup()
       reject(err)
     }
+    const onEndOk = () => {
+      cleanup()
+      resolve(null)
+    }
     stream.on('readable', onReadable)
-    stream.once('end', onEnd)
+    stream.once('end', onEndOk)
     stream.once('close', onEnd)
     stream.once('error', onError)
   })
