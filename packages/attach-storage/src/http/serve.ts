@@ -1,3 +1,4 @@
+import { readAll } from '../stores/read-all.js'
 import { streamResponse } from './node-body.js'
 import { AttachStorageError } from '../errors.js'
 import { isActiveContent } from '../media/sniff.js'
@@ -118,9 +119,7 @@ export async function serveFile(request: Request, target: ServeTarget, action: '
   if (length <= SMALL_BODY) {
     // A small file is read whole and answered as bytes: the adapters write those at once, where a
     // stream costs a Web stream round trip per answer.
-    const chunks: Buffer[] = []
-    for await (const c of stream) chunks.push(c as Buffer)
-    const body = Buffer.concat(chunks)
+    const body = await readAll(stream)
     if (range) headers.set('content-range', `bytes ${range.start}-${range.end}/${target.fileSize}`)
     headers.set('content-length', String(body.length))
     return new Response(body as unknown as BodyInit, { status: range ? 206 : 200, headers })

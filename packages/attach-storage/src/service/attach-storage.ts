@@ -1,11 +1,13 @@
-import { join } from 'node:path'
+import { mkdir, rename } from 'node:fs/promises'
+import { dirname, join } from 'node:path'
 import type { Readable } from 'node:stream'
 import { sql, type Kysely } from 'kysely'
 import { parseAttachConfig, type AttachConfigInput, type AttachConfigParsed } from '../config/schema.js'
 import { AttachStorageError, badRequest, configError, forbidden, notFound } from '../errors.js'
 import type { FileProbe } from '../filters/filters.js'
 import { isResizable, Resizer, variantKey, variantPrefix, type ResizeRequest } from '../media/resize.js'
-import { extensionOf, sniffType } from '../media/sniff.js'
+import { extensionOf, SNIFF_BYTES, sniffType } from '../media/sniff.js'
+import { readAll } from '../stores/read-all.js'
 import { createZipStream, isCompressed, uniqueNames, type ZipSource } from '../media/zip.js'
 import type { AttachmentRecord, AttachmentView, BlobRecord } from '../model.js'
 import { Registry, type RegisteredCategory } from '../registry/registry.js'
@@ -529,8 +531,6 @@ export class AttachStorage {
   async #transfer(from: Store, fromKey: string, to: Store, toKey: string, contentType?: string): Promise<void> {
     if (from === to) return to.move(fromKey, toKey)
     if (from.localPath && to.localPath && from.type === 'local' && to.type === 'local') {
-      const { rename, mkdir } = await import('node:fs/promises')
-      const { dirname } = await import('node:path')
       const dst = to.localPath(toKey)
       try {
         await mkdir(dirname(dst), { recursive: true })
@@ -779,11 +779,8 @@ export class AttachStorage {
   }
 
   async #readHead(store: Store, key: string): Promise<Uint8Array> {
-    const s = await store.get(key, { start: 0, end: 64 * 1024 - 1 }).catch(() => undefined)
-    if (!s) return new Uint8Array()
-    const chunks: Buffer[] = []
-    for await (const c of s) chunks.push(c as Buffer)
-    return Buffer.concat(chunks)
+    const s = await store.get(key, { start: 0, end: SNIFF_BYTES - 1 }).catch(() => undefined)
+    return s ? readAll(s) : new Uint8Array()
   }
 
   async #readTmpMeta(savedName: string): Promise<TmpMeta | undefined> {
@@ -795,9 +792,7 @@ export class AttachStorage {
       if (err instanceof AttachStorageError && err.code === 'not-found') return undefined
       throw err
     }
-    const chunks: Buffer[] = []
-    for await (const c of stream) chunks.push(c as Buffer)
-    const meta = JSON.parse(Buffer.concat(chunks).toString('utf8')) as TmpMeta
+    const meta = JSON.parse((await readAll(stream)).toString('utf8')) as TmpMeta
     if (!(await tmp.exists(tmpKey(savedName)))) return undefined
     return meta
   }
@@ -872,13 +867,13 @@ export class AttachStorage {
   }
 
   /** Applies `ext`, `extAlt` and `fmetaValue` to one category's records (in `sort` order). */
-  #applyFilters(list: AttachmentView[], f: LookupFilters): AttachmentView[] {
+  #applyFilters<T extends Pick<AttachmentRecord, 'ext' | 'fmetaValue'>>(list: T[], f: LookupFilters): T[] {
     let out = list
     if (f.fmetaValue !== undefined && f.fmetaValue !== '') out = out.filter((r) => r.fmetaValue === f.fmetaValue)
     if (f.ext !== undefined && f.ext !== '') out = out.filter((r) => r.ext === f.ext)
     if (f.extAlt !== undefined && f.extAlt !== '') {
       const alts = f.extAlt.split(':')
-      let picked: AttachmentView[] | undefined
+      let picked: T[] | undefined
       for (const alt of alts) {
         const m = out.filter((r) => r.ext === alt)
         if (m.length) {
@@ -1126,12 +1121,10 @@ export class AttachStorage {
     filters: LookupFilters = {},
     resize?: ResizeRequest,
   ): Promise<ServeTarget> {
-    const bag = await this.lookup(ref.refDomain, ref.refKey, ref.refCategory, filters)
-    const list = bag[ref.refCategory] as AttachmentView[]
-    const v = list[ref.idx]
-    if (!v) throw notFound(`No attachment at index ${ref.idx} of ${ref.refDomain}/${ref.refKey}/${ref.refCategory}`)
-    const r = await this.repository.findById(v.id)
-    if (!r) throw notFound(`No attachment ${v.id}`)
+    this.registry.category(ref.refDomain, ref.refCategory)
+    const records = await this.repository.listByReference(ref.refDomain, checkRefKey(ref.refKey), ref.refCategory)
+    const r = this.#applyFilters(records, filters)[ref.idx]
+    if (!r) throw notFound(`No attachment at index ${ref.idx} of ${ref.refDomain}/${ref.refKey}/${ref.refCategory}`)
     return this.#serveRecord(request, r, 'revalidate', resize)
   }
 
