@@ -1,13 +1,11 @@
 /** Shared set-up of the reference-server tests: a real listening server, tokens, databases. */
-import { randomBytes } from 'node:crypto'
 import { mkdtemp, readdir, rm } from 'node:fs/promises'
 import type { AddressInfo } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { serve, type ServerType } from '@hono/node-server'
 import { SignJWT } from 'jose'
-import pg from 'pg'
-import { inject } from 'vitest'
+import { openTestDatabase } from '../../../test/databases.js'
 import { createReferenceApp, type ReferenceApp } from '../src/app.js'
 
 export const SECRET = 'reference-server-test-secret-123'
@@ -58,23 +56,10 @@ export async function start(env: Record<string, string>, logged?: string[]): Pro
   }
 }
 
+/** A fresh PostgreSQL database (test/databases.ts) for a server under test to open by URL. */
 export async function pgDatabase(): Promise<{ url: string; drop(): Promise<void> }> {
-  const server = inject('pgUrl')
-  const name = `ref_${randomBytes(6).toString('hex')}`
-  const admin = new pg.Client({ connectionString: server })
-  await admin.connect()
-  await admin.query(`CREATE DATABASE ${name}`)
-  await admin.end()
-  const url = new URL(server)
-  url.pathname = `/${name}`
-  return {
-    url: url.toString(),
-    async drop() {
-      const a = new pg.Client({ connectionString: server })
-      await a.connect()
-      await a.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)
-      await a.end()
-    },
-  }
+  const t = await openTestDatabase('postgres')
+  await t.db.destroy() // the server under test opens its own connections
+  return { url: t.location, drop: () => t.cleanup() }
 }
 

@@ -16,6 +16,7 @@ import {
   notFound,
   openDatabase,
   unauthorized,
+  userIdOf,
   type AttachHandler,
   type AttachStorage,
   type AuthUser,
@@ -118,7 +119,7 @@ const boardRow = (r: Record<string, unknown>) => ({
   id: Number(r.id),
   title: r.title as string,
   body: r.body as string,
-  createdBy: r.created_by === null ? null : /^\d+$/.test(String(r.created_by)) ? Number(r.created_by) : r.created_by,
+  createdBy: r.created_by === null ? null : userIdOf(String(r.created_by)),
   createdDt: r.created_dt as string,
 })
 
