@@ -2,5 +2,5 @@
  * `attach-storage/testing`: helpers for testing stores. Needs `vitest` (a test-only dependency).
  * @module
  */
-export { describeStoreConformance } from './stores/conformance.js'
+export { describeStoreConformance, generatedStream } from './stores/conformance.js'
 export type { StoreConformanceOptions, StoreConformanceSetup } from './stores/conformance.js'

@@ -19,7 +19,7 @@ import {
 } from '@azure/storage-blob'
 import { AttachStorageError, createAttachHandler, createAttachStorage, openDatabase, type Store } from 'attach-storage'
 import { startAzurite, freePort, canConnect, type Azurite } from './test-azurite.js'
-import { describeStoreConformance } from 'attach-storage/testing'
+import { describeStoreConformance, generatedStream } from 'attach-storage/testing'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { AzureBlobStore, createStore } from './index.js'
 
@@ -90,30 +90,6 @@ async function startProxy(target: number, options: { refuseCopy?: 403 | 404 } = 
 // ---------------------------------------------------------------------------------------------------
 // Helpers
 
-/** `size` deterministic bytes in `chunkSize` pieces, generated on demand and hashed as they go. */
-function generated(size: number, chunkSize = MiB, onProduced?: (bytes: number) => void) {
-  const hash = createHash('sha256')
-  const block = randomBytes(chunkSize)
-  let produced = 0
-  let index = 0
-  const stream = new Readable({
-    highWaterMark: chunkSize,
-    read() {
-      if (produced >= size) {
-        this.push(null)
-        return
-      }
-      const length = Math.min(chunkSize, size - produced)
-      const chunk = Buffer.from(block.subarray(0, length))
-      if (length >= 4) chunk.writeUInt32BE(index++, 0) // no two chunks alike
-      produced += length
-      hash.update(chunk)
-      onProduced?.(produced)
-      this.push(chunk)
-    },
-  })
-  return { stream, sha256: () => hash.copy().digest('hex') }
-}
 
 async function readAll(stream: NodeJS.ReadableStream): Promise<Buffer> {
   const chunks: Buffer[] = []
@@ -217,7 +193,7 @@ describe('AzureBlobStore on Azurite', () => {
   })
 
   it('streams a 24 MiB upload in blocks and commits it whole', async () => {
-    const source = generated(24 * MiB)
+    const source = generatedStream(24 * MiB, { chunkSize: MiB })
     const key = 'big/stream.bin'
     const started = Date.now()
     expect(await store.put(key, source.stream, { contentType: 'application/x-test' })).toEqual({ size: 24 * MiB })
@@ -403,9 +379,9 @@ describe('AzureBlobStore on Azurite', () => {
       maxRetryDelay: '500ms',
     })
     let stopping: Promise<void> | undefined
-    const source = generated(256 * MiB, MiB, (bytes) => {
+    const source = generatedStream(256 * MiB, { chunkSize: MiB, onProduced: (bytes) => {
       if (bytes >= 6 * MiB && stopping === undefined) stopping = proxy.stop()
-    })
+    } })
     const started = Date.now()
     const err = await rejection(() => doomed.put('doomed/a.bin', source.stream))
     const elapsed = Date.now() - started
