@@ -32,6 +32,8 @@ export {
   type DomainConfig,
   type FilterSpec,
   type SecureAccessFunction,
+  type EntityChangeGuard,
+  type AllowedSize,
 } from './config/schema.js'
 export { loadConfigFile, mergeSettings } from './config/load.js'
 export { parseDuration, parseSize } from './config/units.js'
@@ -45,7 +47,7 @@ export {
   unauthorized,
 } from './errors.js'
 export type { AttachmentRecord, AttachmentView, BlobRecord, UserId } from './model.js'
-export { Registry, type CategoryOptions, type RegisteredCategory, type RegisteredDomain } from './registry/registry.js'
+export { Registry, type CategoryOptions, type DomainOptions, type RegisteredCategory, type RegisteredDomain } from './registry/registry.js'
 export {
   BUILT_IN_FILTERS,
   DEFAULT_REQUEST_FILTERS,

@@ -15,6 +15,22 @@ export const STORE_TYPES = {
 /** The per-category secure-access function: `true` allows; `false` or a throw refuses (403). */
 export type SecureAccessFunction = (request: Request, file: FileDescription) => boolean | Promise<boolean>
 
+/**
+ * Who may change an entity's attachments at all (a per-domain hook consulted by the confirmed save and
+ * `commitAttachContainer()`): `true` allows; `false` or a throw refuses (403 `forbidden`).
+ */
+export type EntityChangeGuard = (
+  user: import('../service/types.js').AuthUser | null,
+  refKey: string,
+  request: Request | null,
+) => boolean | Promise<boolean>
+
+/** One size a category allows for resized views (`w` and/or `h`, pixels). */
+export interface AllowedSize {
+  w?: number
+  h?: number
+}
+
 /** One entry of a category's filter chain: a registered filter's name, or `{name, ...options}`. */
 export type FilterSpec = string | ({ name: string } & Record<string, unknown>)
 
@@ -30,6 +46,22 @@ const CategorySchema = v.object({
   filters: v.optional(v.array(FilterSpecSchema), []),
   /** The secure-access function guarding every view, download and ZIP of the category. */
   secureAccess: v.optional(v.custom<SecureAccessFunction>((f) => typeof f === 'function', 'must be a function')),
+  /**
+   * The only resize boxes a view of this category may ask for (`?w=&h=`); any other size answers 400.
+   * Unset: any size within 1..4096.
+   * @example [{ w: 200, h: 200 }, { w: 800 }]
+   */
+  sizes: v.optional(
+    v.array(
+      v.pipe(
+        v.object({
+          w: v.optional(v.pipe(v.number(), v.integer(), v.minValue(1), v.maxValue(4096))),
+          h: v.optional(v.pipe(v.number(), v.integer(), v.minValue(1), v.maxValue(4096))),
+        }),
+        v.check((x) => x.w !== undefined || x.h !== undefined, 'a size needs w or h'),
+      ),
+    ),
+  ),
 })
 
 const NAME = v.pipe(v.string(), v.regex(/^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$/, 'must be 1-64 letters, digits, _ or -'))
@@ -41,6 +73,8 @@ const DomainSchema = v.object({
   dateField: v.optional(v.string(), 'createdDt'),
   /** The domain's categories; `default` is always present. */
   categories: v.optional(v.record(NAME, CategorySchema), {}),
+  /** Who may change an entity's attachments (see {@link EntityChangeGuard}); unset: any signed-in caller. */
+  mayChange: v.optional(v.custom<EntityChangeGuard>((f) => typeof f === 'function', 'must be a function')),
 })
 
 const StoreSchema = v.looseObject({ type: v.optional(v.string()) })
@@ -137,6 +171,13 @@ export const AttachConfigSchema = v.object({
       ),
       /** Most files in one upload request. @default 20 */
       maxFiles: v.optional(v.pipe(v.number(), v.integer(), v.minValue(1)), 20),
+      /** Most text parts in one multipart request; more answers 400. @default 32 */
+      maxFields: v.optional(v.pipe(v.number(), v.integer(), v.minValue(1)), 32),
+      /** Largest multipart text part (bytes, or `"64KB"`); larger answers 413. @default '64KB' */
+      maxFieldSize: v.optional(
+        v.pipe(sizeValue, v.transform((x) => parseSize(x)), v.number('must be a size'), v.minValue(1)),
+        '64KB',
+      ),
     }),
     {},
   ),
@@ -144,6 +185,15 @@ export const AttachConfigSchema = v.object({
     v.object({
       /** Largest image (width × height) the resizer decodes; larger ones are served as they are. @default 100000000 */
       maxInputPixels: v.optional(v.pipe(v.number(), v.integer(), v.minValue(1)), 100_000_000),
+      /**
+       * Most stored variants per attachment; a further size is made on the fly and not stored.
+       * @default 16
+       */
+      maxVariants: v.optional(v.pipe(v.number(), v.integer(), v.minValue(0)), 16),
+      /** Most resizes running at once in this process. @default 2 */
+      concurrency: v.optional(v.pipe(v.number(), v.integer(), v.minValue(1)), 2),
+      /** Most resizes waiting for a slot; beyond it a view answers 503 with `Retry-After`. @default 16 */
+      queue: v.optional(v.pipe(v.number(), v.integer(), v.minValue(0)), 16),
     }),
     {},
   ),
@@ -151,6 +201,24 @@ export const AttachConfigSchema = v.object({
     v.object({
       /** Most ids one ZIP request may name. @default 500 */
       maxFiles: v.optional(v.pipe(v.number(), v.integer(), v.minValue(1)), 500),
+    }),
+    {},
+  ),
+  /** Signed view URLs of guarded categories (see docs/security.md). */
+  signing: v.optional(
+    v.object({
+      /** HMAC secret (at least 16 bytes); unset: no signed URLs, guarded `url`s need the caller's own credentials. */
+      secret: v.optional(v.pipe(v.string(), v.minLength(16, 'must be at least 16 characters'))),
+      /** Lifetime of a signed URL (`"10m"`, or seconds). @default '1h' */
+      ttl: v.optional(
+        v.pipe(
+          v.union([v.number(), v.string()]),
+          v.transform((x) => parseDuration(x)),
+          v.number('must be a duration such as "10m" or a number of seconds'),
+          v.minValue(1000, 'must be at least 1s'),
+        ),
+        '1h',
+      ),
     }),
     {},
   ),

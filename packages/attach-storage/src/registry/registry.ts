@@ -1,5 +1,5 @@
 import { AttachStorageError, badRequest, configError } from '../errors.js'
-import type { FilterSpec, SecureAccessFunction } from '../config/schema.js'
+import type { AllowedSize, EntityChangeGuard, FilterSpec, SecureAccessFunction } from '../config/schema.js'
 import { BUILT_IN_FILTERS, DEFAULT_REQUEST_FILTERS, type AttachFilter } from '../filters/filters.js'
 
 /** A category as registered: its filter chain (resolved) and its secure-access function. */
@@ -7,6 +7,8 @@ export interface RegisteredCategory {
   name: string
   filters: Array<{ filter: AttachFilter; options: Record<string, unknown> }>
   secureAccess: SecureAccessFunction | undefined
+  /** The only resize boxes views may ask for; undefined: any within the bounds. */
+  sizes: AllowedSize[] | undefined
 }
 
 /** A domain as registered. */
@@ -15,12 +17,24 @@ export interface RegisteredDomain {
   store: string
   dateField: string
   categories: Map<string, RegisteredCategory>
+  /** Who may change an entity's attachments; undefined: any signed-in caller. */
+  mayChange: EntityChangeGuard | undefined
 }
 
 /** What a category is registered with. */
 export interface CategoryOptions {
   filters?: FilterSpec[]
   secureAccess?: SecureAccessFunction
+  /** The only resize boxes views of the category may ask for. */
+  sizes?: AllowedSize[]
+}
+
+/** What a domain is registered with. */
+export interface DomainOptions {
+  store: string
+  dateField?: string
+  /** Who may change an entity's attachments (consulted by every confirmed save). */
+  mayChange?: EntityChangeGuard
 }
 
 const NAME = /^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$/
@@ -69,7 +83,7 @@ export class Registry {
   }
 
   /** Registers (or extends) a domain. Its `default` category is always present. */
-  registerDomain(name: string, options: { store: string; dateField?: string }): RegisteredDomain {
+  registerDomain(name: string, options: DomainOptions): RegisteredDomain {
     this.#assertReady(`register domain "${name}"`)
     if (!NAME.test(name)) throw configError(`Domain name "${name}" is not a valid name`)
     const stores = this.#storeNames()
@@ -78,15 +92,27 @@ export class Registry {
         `Domain "${name}" names store "${options.store}", which is not declared; declared stores: ${stores.join(', ')}`,
       )
     }
+    if (options.mayChange !== undefined && typeof options.mayChange !== 'function') {
+      throw configError(`Domain "${name}": mayChange must be a function`)
+    }
     let domain = this.#domains.get(name)
     if (!domain) {
-      domain = { name, store: options.store, dateField: options.dateField ?? 'createdDt', categories: new Map() }
+      domain = {
+        name,
+        store: options.store,
+        dateField: options.dateField ?? 'createdDt',
+        categories: new Map(),
+        mayChange: options.mayChange,
+      }
       this.#domains.set(name, domain)
     } else {
       domain.store = options.store
       if (options.dateField) domain.dateField = options.dateField
+      if (options.mayChange) domain.mayChange = options.mayChange
     }
-    if (!domain.categories.has('default')) domain.categories.set('default', { name: 'default', filters: [], secureAccess: undefined })
+    if (!domain.categories.has('default')) {
+      domain.categories.set('default', { name: 'default', filters: [], secureAccess: undefined, sizes: undefined })
+    }
     return domain
   }
 
@@ -109,7 +135,7 @@ export class Registry {
       }
       return { filter, options: opts as Record<string, unknown> }
     })
-    const category: RegisteredCategory = { name, filters, secureAccess: options.secureAccess }
+    const category: RegisteredCategory = { name, filters, secureAccess: options.secureAccess, sizes: options.sizes }
     domain.categories.set(name, category)
     return category
   }

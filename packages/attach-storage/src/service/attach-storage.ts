@@ -257,9 +257,9 @@ export class AttachStorage {
     this.#repo = new AttachRepository(db)
     this.registry.markReady()
     for (const [name, d] of Object.entries(this.config.domains)) {
-      this.registry.registerDomain(name, { store: d.store ?? this.config.defaultStore, dateField: d.dateField })
+      this.registry.registerDomain(name, { store: d.store ?? this.config.defaultStore, dateField: d.dateField, mayChange: d.mayChange })
       for (const [cat, c] of Object.entries(d.categories)) {
-        this.registry.registerCategory(name, cat, { filters: c.filters, secureAccess: c.secureAccess })
+        this.registry.registerCategory(name, cat, { filters: c.filters, secureAccess: c.secureAccess, sizes: c.sizes })
       }
     }
     await o.registrar?.(this.registry, this)
