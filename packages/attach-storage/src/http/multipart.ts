@@ -23,8 +23,6 @@ class ByteLimit extends Transform {
   }
 }
 
-const FIELD_LIMIT = 1024 * 1024
-
 /**
  * Streams a `multipart/form-data` request: every file part goes straight into the temporary area
  * through {@link AttachStorage.receiveFile} (never buffered whole), text parts are collected. A body over
@@ -39,8 +37,8 @@ export async function receiveMultipart(
   if (!/^multipart\/form-data\s*;/i.test(contentType) || !/boundary=/i.test(contentType)) {
     throw badRequest('The request must be multipart/form-data', 'no-file')
   }
-  const { maxFileSize, maxFiles } = storage.config.upload
-  const maxRequest = storage.config.upload.maxRequestSize ?? maxFileSize * maxFiles + FIELD_LIMIT
+  const { maxFileSize, maxFiles, maxFields, maxFieldSize } = storage.config.upload
+  const maxRequest = storage.config.upload.maxRequestSize ?? maxFileSize * maxFiles + maxFields * maxFieldSize
   const declared = Number(request.headers.get('content-length') ?? NaN)
   if (Number.isFinite(declared) && declared > maxRequest) {
     throw tooLarge(`The request is larger than the limit of ${maxRequest} bytes`)
@@ -68,9 +66,9 @@ export async function receiveMultipart(
       limits: {
         fileSize: maxFileSize,
         files: maxFiles,
-        fields: 100,
-        fieldSize: FIELD_LIMIT,
-        parts: maxFiles + 100,
+        fields: maxFields,
+        fieldSize: maxFieldSize,
+        parts: maxFiles + maxFields,
         headerPairs: 20,
       },
     })
@@ -104,12 +102,12 @@ export async function receiveMultipart(
       )
     })
     bb.on('field', (name: string, value: string, _nt: boolean, valueTruncated: boolean) => {
-      if (valueTruncated) fail(tooLarge(`Field ${name} is larger than ${FIELD_LIMIT} bytes`))
+      if (valueTruncated) fail(tooLarge(`A text part is larger than ${maxFieldSize} bytes`))
       else if (!(name in fields)) fields[name] = value
     })
     bb.on('filesLimit', () => fail(tooLarge(`A request may carry at most ${maxFiles} files`)))
     bb.on('partsLimit', () => fail(tooLarge('The request has too many parts')))
-    bb.on('fieldsLimit', () => fail(badRequest('The request has too many fields')))
+    bb.on('fieldsLimit', () => fail(badRequest(`A request may carry at most ${maxFields} text parts`)))
     bb.on('error', (err: Error) => {
       fail(err instanceof AttachStorageError ? err : badRequest(`Malformed multipart request: ${err.message}`))
       resolve()
