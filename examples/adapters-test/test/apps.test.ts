@@ -4,7 +4,7 @@
  */
 import { spawn } from 'node:child_process'
 import { mkdtemp, readdir, rm } from 'node:fs/promises'
-import { createServer, request as httpRequest, type Server } from 'node:http'
+import { METHODS, createServer, request as httpRequest, type Server } from 'node:http'
 import { connect, type AddressInfo, type Socket } from 'node:net'
 import { tmpdir } from 'node:os'
 import { dirname, join } from 'node:path'
@@ -18,6 +18,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { mountAttachStorage } from '@attach-storage/express'
 import { attachStorage } from '@attach-storage/fastify'
 import type { Reference } from '@attach-storage/example-reference'
+import { answerClientError } from 'attach-storage/node'
 import * as honoApp from '../../hono-app/src/app.js'
 import * as expressApp from '../../express-app/src/app.js'
 import * as fastifyApp from '../../fastify-app/src/app.js'
@@ -50,11 +51,12 @@ const APPS = {
   async hono(env: Env) {
     const ref = await honoApp.createReferenceApp(env, quiet)
     const server = serve({ fetch: ref.app.fetch, port: 0, hostname: '127.0.0.1' }) as Server
+    server.on('clientError', answerClientError)
     return { ref, port: await listening(server), stop: () => new Promise<void>((r) => (server.closeAllConnections(), server.close(() => r()))) }
   },
   async express(env: Env) {
     const ref = await expressApp.createReferenceApp(env, quiet)
-    const server = createServer(ref.app).listen(0, '127.0.0.1')
+    const server = createServer(ref.app).on('clientError', answerClientError).listen(0, '127.0.0.1')
     return { ref, port: await listening(server), stop: () => new Promise<void>((r) => (server.closeAllConnections(), server.close(() => r()))) }
   },
   async fastify(env: Env) {
@@ -142,6 +144,147 @@ async function abandonUpload(port: number, token: string, tmpDir: string): Promi
   socket.destroy()
   await until(async () => (await files(tmpDir)).length === before.length)
   expect(await files(tmpDir)).toEqual(before)
+}
+
+/** One answer read off a raw socket. */
+interface RawAnswer {
+  status: number
+  headers: Record<string, string>
+  body: string
+}
+
+/**
+ * A raw keep-alive connection: writes bytes as they are given, parses the answers as they come
+ * (Content-Length or chunked bodies; 1xx answers are kept too), and records when the server closed it.
+ */
+class RawConnection {
+  readonly answers: RawAnswer[] = []
+  closed = false
+  #buffer = Buffer.alloc(0)
+  #socket: Socket
+  #waiters: Array<() => void> = []
+  private constructor(socket: Socket) {
+    this.#socket = socket
+    socket.on('data', (chunk: Buffer) => {
+      this.#buffer = Buffer.concat([this.#buffer, chunk])
+      this.#parse()
+    })
+    socket.on('error', () => {})
+    socket.on('close', () => {
+      this.closed = true
+      this.#wake()
+    })
+  }
+  static open(port: number): Promise<RawConnection> {
+    return new Promise((resolve, reject) => {
+      const s = connect(port, '127.0.0.1', () => resolve(new RawConnection(s)))
+      s.once('error', reject)
+    })
+  }
+  write(data: string | Buffer): void {
+    if (!this.#socket.destroyed) this.#socket.write(data)
+  }
+  destroy(): void {
+    this.#socket.destroy()
+  }
+  #wake() {
+    for (const w of this.#waiters.splice(0)) w()
+  }
+  /** Waits until `check` holds, failing after a generous time. */
+  async until(check: () => boolean, what: string, ms = 15_000): Promise<void> {
+    const end = Date.now() + ms
+    while (!check()) {
+      if (Date.now() > end) throw new Error(`timed out waiting for ${what}; got ${JSON.stringify(this.answers)} closed=${this.closed}`)
+      await new Promise<void>((r) => {
+        this.#waiters.push(r)
+        setTimeout(r, 50)
+      })
+    }
+  }
+  #parse() {
+    for (;;) {
+      const end = this.#buffer.indexOf('\r\n\r\n')
+      if (end < 0) return
+      const [statusLine, ...lines] = this.#buffer.subarray(0, end).toString('latin1').split('\r\n')
+      const status = Number(/^HTTP\/1\.1 (\d{3})/.exec(statusLine!)?.[1])
+      const headers: Record<string, string> = {}
+      for (const line of lines) {
+        const i = line.indexOf(':')
+        headers[line.slice(0, i).trim().toLowerCase()] = line.slice(i + 1).trim()
+      }
+      let rest = this.#buffer.subarray(end + 4)
+      let body = ''
+      if (status >= 200 && headers['transfer-encoding'] === 'chunked') {
+        const parts: Buffer[] = []
+        let at = 0
+        for (;;) {
+          const eol = rest.indexOf('\r\n', at)
+          if (eol < 0) return
+          const size = parseInt(rest.subarray(at, eol).toString('latin1'), 16)
+          if (rest.length < eol + 2 + size + 2) return
+          if (size === 0) {
+            at = eol + 4
+            break
+          }
+          parts.push(rest.subarray(eol + 2, eol + 2 + size))
+          at = eol + 2 + size + 2
+        }
+        body = Buffer.concat(parts).toString('utf8')
+        rest = rest.subarray(at)
+      } else if (status >= 200) {
+        const length = Number(headers['content-length'] ?? 0)
+        if (rest.length < length) return
+        body = rest.subarray(0, length).toString('utf8')
+        rest = rest.subarray(length)
+      }
+      this.answers.push({ status, headers, body })
+      this.#buffer = rest
+      this.#wake()
+    }
+  }
+}
+
+const final = (c: RawConnection) => c.answers.filter((a) => a.status >= 200)
+const codeOf = (a: RawAnswer | undefined) => {
+  try {
+    return JSON.parse(a?.body ?? '').code as string
+  } catch {
+    return undefined
+  }
+}
+
+/**
+ * Sends `first` (a request whose answer may come before its body was read), then a second request on
+ * the same connection. Either both are answered on it, or the first answer says `Connection: close`
+ * and the server closes the connection, after which a new connection is served. Returns which.
+ */
+async function earlyAnswerThenNext(port: number, first: Array<string | Buffer>, next: string): Promise<[number, string | undefined, 'kept' | 'closed']> {
+  const conn = await RawConnection.open(port)
+  try {
+    for (const part of first) conn.write(part)
+    await conn.until(() => final(conn).length >= 1, 'the first answer')
+    conn.write(next)
+    await conn.until(() => final(conn).length >= 2 || conn.closed, 'the second answer or the close')
+    const [a, b] = final(conn)
+    if (b) {
+      expect(a!.headers.connection).not.toBe('close')
+      expect(b.status).toBeLessThan(500)
+      return [a!.status, codeOf(a), 'kept']
+    }
+    expect(a!.headers.connection).toBe('close')
+    // A new connection is served.
+    const again = await RawConnection.open(port)
+    try {
+      again.write(next)
+      await again.until(() => final(again).length >= 1, 'an answer on a new connection')
+      expect(final(again)[0]!.status).toBeLessThan(500)
+    } finally {
+      again.destroy()
+    }
+    return [a!.status, codeOf(a), 'closed']
+  } finally {
+    conn.destroy()
+  }
 }
 
 /** What each app answered to each case: compared across the apps at the end. */
@@ -304,6 +447,210 @@ for (const name of NAMES) {
       await abandonUpload(srv.port, alice, tmpDir())
       // The server still serves afterwards.
       expect((await call('/api/storage/config')).status).toBe(200)
+    })
+
+    it('answers every method the routes do not serve with JSON {code, message}, never a 5xx', async () => {
+      const paths = ['/api/storage/config', '/api/storage/attach/demo/1', '/assets/storage/attach/view/1', '/board', '/board/1', '/nowhere']
+      const seen: Record<string, string> = {}
+      for (const method of METHODS.filter((m) => m !== 'CONNECT')) {
+        for (const path of paths) {
+          for (const token of [null, alice]) {
+            const res = await new Promise<{ status: number; text: string }>((resolve, reject) => {
+              const headers: Record<string, string> = { connection: 'close' }
+              if (token) headers.authorization = `Bearer ${token}`
+              httpRequest({ host: '127.0.0.1', port: srv.port, path, method, headers }, (r) => {
+                let text = ''
+                r.setEncoding('utf8')
+                r.on('data', (d) => (text += d))
+                r.on('end', () => resolve({ status: r.statusCode!, text }))
+              })
+                .on('error', reject)
+                .end()
+            })
+            const label = `${method} ${path}${token ? ' (token)' : ''}`
+            expect([label, res.status < 500]).toEqual([label, true])
+            if (res.status >= 400 && method !== 'HEAD') {
+              const body = JSON.parse(res.text)
+              expect([label, typeof body.code, typeof body.message]).toEqual([label, 'string', 'string'])
+              seen[label] = `${res.status} ${body.code}`
+            } else seen[label] = String(res.status)
+            if (!['GET', 'HEAD', 'POST', 'PUT', 'DELETE', 'PATCH', 'OPTIONS'].includes(method)) {
+              expect([label, seen[label]]).toEqual([label, '404 not-found'])
+            }
+          }
+        }
+      }
+      expect(seen['TRACE /api/storage/config (token)']).toBe('404 not-found')
+      expect(seen['TRACE /assets/storage/attach/view/1']).toBe('404 not-found')
+      log.methods = seen
+    })
+
+    it('closes a CONNECT request and keeps serving', async () => {
+      const conn = await RawConnection.open(srv.port)
+      conn.write('CONNECT 127.0.0.1:1 HTTP/1.1\r\nhost: 127.0.0.1:1\r\n\r\n')
+      await conn.until(() => conn.closed, 'the close')
+      expect(final(conn).every((a) => a.status < 500)).toBe(true)
+      expect((await call('/api/storage/config')).status).toBe(200)
+    })
+
+    it('never wedges a keep-alive connection with an answer sent before the body was read', async () => {
+      const next = `GET /api/storage/config HTTP/1.1\r\nhost: 127.0.0.1\r\nauthorization: Bearer ${alice}\r\n\r\n`
+      const json = (size: number) => JSON.stringify({ title: 'x', body: 'y'.repeat(size) })
+      const post = (path: string, body: string | Buffer, headers = '') => [
+        `POST ${path} HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n${headers}\r\n`,
+        body,
+      ]
+      const boundary = 'xEARLYx'
+      const multipart = Buffer.concat([
+        Buffer.from(`--${boundary}\r\nContent-Disposition: form-data; name="refDomain"\r\n\r\ndemo\r\n--${boundary}\r\nContent-Disposition: form-data; name="file"; filename="b.bin"\r\n\r\n`),
+        Buffer.alloc(600 * 1024, 7),
+        Buffer.from(`\r\n--${boundary}--\r\n`),
+      ])
+      const outcomes: Record<string, unknown> = {}
+      // 401 before a 600 KB body was read: the case found on the reference server.
+      outcomes['board 600 KB without token'] = await earlyAnswerThenNext(srv.port, post('/board', json(600 * 1024)), next)
+      outcomes['board 10 KB without token'] = await earlyAnswerThenNext(srv.port, post('/board', json(10 * 1024)), next)
+      outcomes['confirmed save 600 KB without token'] = await earlyAnswerThenNext(srv.port, post('/api/storage/attach/demo/1', json(600 * 1024)), next)
+      outcomes['upload 600 KB without token'] = await earlyAnswerThenNext(
+        srv.port,
+        [
+          `POST /api/storage/attach/tmp HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: multipart/form-data; boundary=${boundary}\r\ncontent-length: ${multipart.length}\r\n\r\n`,
+          multipart,
+        ],
+        next,
+      )
+      outcomes['unknown route 600 KB'] = await earlyAnswerThenNext(srv.port, post('/nowhere', json(600 * 1024), `authorization: Bearer ${alice}\r\n`), next)
+      outcomes['assets POST 600 KB'] = await earlyAnswerThenNext(srv.port, post('/assets/storage/attach/view/1', json(600 * 1024)), next)
+      // The answer goes out while the body is still on its way: the client sends the rest afterwards.
+      const big = json(600 * 1024)
+      const [head, body] = post('/board', big)
+      outcomes['board 600 KB sent after the answer'] = await (async () => {
+        const conn = await RawConnection.open(srv.port)
+        try {
+          conn.write(head!)
+          await conn.until(() => final(conn).length >= 1, 'the early answer')
+          conn.write(body!)
+          conn.write(next)
+          await conn.until(() => final(conn).length >= 2 || conn.closed, 'the second answer or the close')
+          return [final(conn)[0]!.status, final(conn)[0]!.headers.connection, final(conn).length]
+        } finally {
+          conn.destroy()
+        }
+      })()
+      expect(outcomes).toMatchObject({
+        'board 600 KB without token': [401, 'unauthorized', 'closed'],
+        'board 10 KB without token': [401, 'unauthorized', 'kept'],
+        'confirmed save 600 KB without token': [401, 'unauthorized', 'closed'],
+        'upload 600 KB without token': [401, 'unauthorized', 'closed'],
+        'unknown route 600 KB': [404, 'not-found', 'closed'],
+        'assets POST 600 KB': [404, 'not-found', 'closed'],
+        'board 600 KB sent after the answer': [401, 'close', 1],
+      })
+      log['early answers'] = outcomes
+      expect((await call('/api/storage/config')).status).toBe(200)
+    })
+
+    it('closes the connection after a 413 cut an upload off, and keeps serving', async () => {
+      const boundary = 'xBIGx'
+      const head = `--${boundary}\r\nContent-Disposition: form-data; name="refDomain"\r\n\r\ndemo\r\n--${boundary}\r\nContent-Disposition: form-data; name="file"; filename="big.bin"\r\n\r\n`
+      const size = 3 * MAX_FILE
+      const tail = `\r\n--${boundary}--\r\n`
+      const next = `GET /api/storage/config HTTP/1.1\r\nhost: 127.0.0.1\r\nauthorization: Bearer ${alice}\r\n\r\n`
+      const outcome = await earlyAnswerThenNext(
+        srv.port,
+        [
+          `POST /api/storage/attach/tmp HTTP/1.1\r\nhost: 127.0.0.1\r\nauthorization: Bearer ${alice}\r\ncontent-type: multipart/form-data; boundary=${boundary}\r\n` +
+            `content-length: ${Buffer.byteLength(head) + size + Buffer.byteLength(tail)}\r\n\r\n${head}`,
+          Buffer.alloc(size, 3),
+          tail,
+        ],
+        next,
+      )
+      // Closed, or kept when the whole body had arrived (and was discarded) before the answer went out.
+      expect(outcome.slice(0, 2)).toEqual([413, 'too-large'])
+      log['413 connection'] = outcome.slice(0, 2)
+    })
+
+    it('answers a header-only chunked request, Expect: 100-continue and a duplicate Content-Length', async () => {
+      const seen: Record<string, unknown> = {}
+      const next = `GET /api/storage/config HTTP/1.1\r\nhost: 127.0.0.1\r\nauthorization: Bearer ${alice}\r\n\r\n`
+      // Chunked, headers only, nothing after: refused before the body is awaited, and closed.
+      {
+        const conn = await RawConnection.open(srv.port)
+        conn.write('POST /board HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n')
+        await conn.until(() => final(conn).length >= 1 && conn.closed, 'the answer and the close')
+        seen['chunked headers only, no token'] = [final(conn)[0]!.status, codeOf(final(conn)[0]), final(conn)[0]!.headers.connection]
+      }
+      // Chunked with only the last chunk: an empty body, read, refused as JSON; the connection goes on.
+      seen['chunked empty body'] = await earlyAnswerThenNext(
+        srv.port,
+        [`POST /board HTTP/1.1\r\nhost: 127.0.0.1\r\nauthorization: Bearer ${alice}\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n0\r\n\r\n`],
+        next,
+      )
+      // Expect: 100-continue with a token: 100, then the body, then 201.
+      {
+        const conn = await RawConnection.open(srv.port)
+        const body = JSON.stringify({ title: 'continued' })
+        conn.write(
+          `POST /board HTTP/1.1\r\nhost: 127.0.0.1\r\nauthorization: Bearer ${alice}\r\ncontent-type: application/json\r\n` +
+            `content-length: ${body.length}\r\nexpect: 100-continue\r\n\r\n`,
+        )
+        await conn.until(() => conn.answers.length >= 1, 'the 100 Continue')
+        conn.write(body)
+        conn.write(next)
+        await conn.until(() => final(conn).length >= 2, 'both answers')
+        seen['expect 100-continue'] = conn.answers.map((a) => a.status)
+        conn.destroy()
+      }
+      // Expect: 100-continue without a token: refused; the client that sends its body anyway is still served.
+      {
+        const conn = await RawConnection.open(srv.port)
+        const body = JSON.stringify({ title: 'refused' })
+        conn.write(`POST /board HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\nexpect: 100-continue\r\n\r\n`)
+        await conn.until(() => final(conn).length >= 1, 'the refusal')
+        conn.write(body)
+        conn.write(next)
+        await conn.until(() => final(conn).length >= 2 || conn.closed, 'the second answer or the close')
+        seen['expect 100-continue without token'] = final(conn).map((a) => a.status)
+        conn.destroy()
+      }
+      // Two different Content-Length headers: Node's parser refuses it; the answer is JSON like the rest.
+      for (const [label, bytes] of [
+        ['duplicate content-length', 'POST /board HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-length: 2\r\ncontent-length: 3\r\n\r\n{}'],
+        ['bad chunk size', 'POST /board HTTP/1.1\r\nhost: 127.0.0.1\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n'],
+      ] as const) {
+        const conn = await RawConnection.open(srv.port)
+        conn.write(bytes)
+        await conn.until(() => final(conn).length >= 1 && conn.closed, 'the refusal and the close')
+        seen[label] = [final(conn)[0]!.status, JSON.parse(final(conn)[0]!.body)]
+      }
+      expect(seen).toMatchObject({
+        'chunked headers only, no token': [401, 'unauthorized', 'close'],
+        'chunked empty body': [400, 'bad-request', 'kept'],
+        'expect 100-continue': [100, 201, 200],
+        'expect 100-continue without token': [401, 200],
+        'duplicate content-length': [400, { code: 'bad-request' }],
+        'bad chunk size': [400, { code: 'bad-request' }],
+      })
+      log['odd framing'] = seen
+      expect((await call('/api/storage/config')).status).toBe(200)
+    })
+
+    it('leaves nothing behind when a client goes away mid-body on a JSON route, and keeps serving', async () => {
+      const count = async () => Number((await call('/board?_usePaging=true&currentPage=1&dataPerPage=1')).headers.get('x-app-total-count'))
+      const before = await count()
+      for (const path of ['/board', '/api/storage/attach/demo/abandoned']) {
+        const conn = await RawConnection.open(srv.port)
+        conn.write(`POST ${path} HTTP/1.1\r\nhost: 127.0.0.1\r\nauthorization: Bearer ${alice}\r\ncontent-type: application/json\r\ncontent-length: 200000\r\n\r\n{"title":"half`)
+        conn.write('a'.repeat(50_000))
+        await wait(100)
+        conn.destroy()
+      }
+      await wait(200)
+      expect(await count()).toBe(before)
+      const lookup = await call('/api/storage/attach/demo/abandoned')
+      const bag = (await lookup.json()) as Record<string, unknown>
+      expect([lookup.status, Object.values(bag).flatMap((v) => (Array.isArray(v) ? v : []))]).toEqual([200, []])
     })
 
     it('answers CORS preflights without authentication for the configured origin only', async () => {

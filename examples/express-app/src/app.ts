@@ -1,9 +1,8 @@
 import cors from 'cors'
-import express, { type ErrorRequestHandler, type Express } from 'express'
-import { fromWebHandler, mountAttachStorage } from '@attach-storage/express'
+import express, { type Express } from 'express'
+import { attachErrorHandler, fromWebHandler, mountAttachStorage } from '@attach-storage/express'
 import { createReference, type Reference, type ServerEnv } from '@attach-storage/example-reference'
-import { AttachStorageError, type Logger } from 'attach-storage'
-import { writeWebResponse } from 'attach-storage/node'
+import type { Logger } from 'attach-storage'
 
 export interface ReferenceApp extends Reference {
   /** The Express app, not listening: `createServer(app).listen(port)`. */
@@ -33,21 +32,8 @@ export async function createReferenceApp(env: ServerEnv = process.env, logger: L
   app.get('/board/:id', (req, res, next) => fromWebHandler((request) => ref.getBoard(request, req.params.id))(req, res, next))
 
   app.use(fromWebHandler(async () => ref.notFound()))
-  // Express's own failures (a path parameter that is not valid percent-encoding) answer JSON like the rest.
-  const onError: ErrorRequestHandler = (err, _req, res, _next) => {
-    const status = Number.isInteger(err?.status) && err.status >= 400 && err.status < 500 ? (err.status as number) : 500
-    if (status === 500) logger.error('express:', err)
-    const error =
-      status === 500
-        ? new AttachStorageError('internal-error', 'An internal error occurred', { status })
-        : new AttachStorageError(
-            status === 404 ? 'not-found' : status === 413 ? 'too-large' : 'bad-request',
-            // The same words as the attach handlers for a path that is not valid percent-encoding.
-            err instanceof URIError ? 'The path is not valid percent-encoding' : 'The request is not valid',
-            { status },
-          )
-    void writeWebResponse(res, error.toResponse())
-  }
-  app.use(onError)
+  // Express's own failures (a path parameter that is not valid percent-encoding, a body parser's
+  // refusal) answer `{code, message}` JSON like the rest.
+  app.use(attachErrorHandler(logger))
   return { ...ref, app }
 }

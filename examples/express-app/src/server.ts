@@ -1,11 +1,14 @@
 import { createServer } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { runReferenceServer } from '@attach-storage/example-reference'
+import { answerClientError } from 'attach-storage/node'
 import { createReferenceApp } from './app.js'
 
 await runReferenceServer(createReferenceApp, (ref, port, host) =>
   new Promise((resolve, reject) => {
     const server = createServer(ref.app)
+    // Requests Node's parser refuses answer JSON `{code, message}` too.
+    server.on('clientError', answerClientError)
     server.once('error', reject)
     server.listen(port, host, () =>
       resolve({

@@ -1,25 +1,13 @@
 import cors from '@fastify/cors'
-import Fastify, { type FastifyError, type FastifyInstance, type FastifyReply } from 'fastify'
-import { acceptRawBodies, attachStorage, fromWebHandler } from '@attach-storage/fastify'
+import Fastify, { type FastifyInstance } from 'fastify'
+import { acceptRawBodies, attachErrorHandler, attachStorage, errorResponse, fromWebHandler, notFoundHandler, refuseOtherMethods, sendResponse } from '@attach-storage/fastify'
 import { createReference, type Reference, type ServerEnv } from '@attach-storage/example-reference'
-import { AttachStorageError, type Logger } from 'attach-storage'
+import type { Logger } from 'attach-storage'
+import { answerClientError } from 'attach-storage/node'
 
 export interface ReferenceApp extends Reference {
   /** The Fastify app, not listening: `await app.listen({ port })`. */
   app: FastifyInstance
-}
-
-/** Fastify's own failures (bad URL, …) answer `{code, message}` JSON like the rest. */
-function errorResponse(err: FastifyError, logger: Logger): Response {
-  const status = Number.isInteger(err.statusCode) && err.statusCode! >= 400 && err.statusCode! < 500 ? err.statusCode! : 500
-  if (status === 500) {
-    logger.error('fastify:', err)
-    return new AttachStorageError('internal-error', 'An internal error occurred', { status }).toResponse()
-  }
-  const code = status === 404 ? 'not-found' : status === 413 ? 'too-large' : 'bad-request'
-  // The same words as the attach handlers for a path that is not valid percent-encoding.
-  const message = err.code === 'FST_ERR_BAD_URL' ? 'The path is not valid percent-encoding' : 'The request is not valid'
-  return new AttachStorageError(code, message, { status }).toResponse()
 }
 
 /**
@@ -28,12 +16,31 @@ function errorResponse(err: FastifyError, logger: Logger): Response {
  */
 export async function createReferenceApp(env: ServerEnv = process.env, logger: Logger = console): Promise<ReferenceApp> {
   const ref = await createReference(env, logger)
-  const app = Fastify({ frameworkErrors: (err, _request, reply) => void (reply as FastifyReply).send(errorResponse(err, logger)) })
+  const app = Fastify({
+    // Fastify's own refusals (a bad URL, a body parser's, its 404, a request Node's parser refused)
+    // answer `{code, message}` JSON like the rest.
+    frameworkErrors: (err, _request, reply) => void sendResponse(reply, errorResponse(err, logger)),
+    clientErrorHandler: answerClientError,
+  })
   try {
-    app.setErrorHandler((err: FastifyError, _request, reply) => reply.send(errorResponse(err, logger)))
+    app.setErrorHandler(attachErrorHandler(logger))
+    // A method no route serves (TRACE, QUERY, WebDAV's) answers 404 on every route, like the other apps.
+    app.addHook('onRequest', refuseOtherMethods)
+    // No route of this app reads its body through Fastify's parsers (the board routes read their own),
+    // so its 404 does not either: an unknown route answers 404 whatever its body, like the other apps.
+    acceptRawBodies(app)
     if (ref.cors) {
       const c = ref.cors
-      await app.register(cors, { origin: c.origins, allowedHeaders: c.allowHeaders, methods: c.allowMethods, exposedHeaders: c.exposeHeaders, maxAge: c.maxAge })
+      // strictPreflight off: an OPTIONS without the preflight headers gets the 204 the other apps
+      // answer, not a text/plain 400.
+      await app.register(cors, {
+        origin: c.origins,
+        allowedHeaders: c.allowHeaders,
+        methods: c.allowMethods,
+        exposedHeaders: c.exposeHeaders,
+        maxAge: c.maxAge,
+        strictPreflight: false,
+      })
     }
     await app.register(attachStorage, { storage: ref.storage })
 
@@ -46,7 +53,7 @@ export async function createReferenceApp(env: ServerEnv = process.env, logger: L
         fromWebHandler((r) => ref.getBoard(r, request.params.id))(request, reply),
       )
     })
-    app.setNotFoundHandler((_request, reply) => reply.send(ref.notFound()))
+    app.setNotFoundHandler(notFoundHandler)
     await app.ready()
   } catch (err) {
     await app.close().catch(() => undefined)

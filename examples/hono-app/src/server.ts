@@ -1,5 +1,6 @@
 import { serve } from '@hono/node-server'
 import { runReferenceServer } from '@attach-storage/example-reference'
+import { answerClientError } from 'attach-storage/node'
 import { createReferenceApp } from './app.js'
 
 await runReferenceServer(createReferenceApp, (ref, port, hostname) =>
@@ -15,5 +16,7 @@ await runReferenceServer(createReferenceApp, (ref, port, hostname) =>
       }),
     )
     server.once('error', reject)
+    // Requests Node's parser refuses answer JSON `{code, message}` too.
+    server.on('clientError', answerClientError)
   }),
 )

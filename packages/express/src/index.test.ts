@@ -1,5 +1,5 @@
 import { mkdtemp, rm } from 'node:fs/promises'
-import type { Server } from 'node:http'
+import { request as httpRequest, type Server } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -7,7 +7,7 @@ import express from 'express'
 import { SignJWT } from 'jose'
 import { createAttachStorage, type AttachStorage } from 'attach-storage'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { attachStorageRouter, mountAttachStorage } from './index.js'
+import { attachErrorHandler, attachStorageRouter, mountAttachStorage } from './index.js'
 
 const SECRET = 'express-adapter-test-secret-0123'
 
@@ -31,7 +31,7 @@ describe('mountAttachStorage on a listening Express app', () => {
     })
     const app = express()
     // A host's own body parsers, mounted before attach-storage.
-    app.use(express.json())
+    app.use(express.json({ limit: '4kb' }))
     app.use(express.urlencoded({ extended: true }))
     app.get('/health', (_req, res) => void res.send('ok'))
     app.post('/host/echo', (req, res) => void res.json({ body: req.body }))
@@ -95,6 +95,63 @@ describe('mountAttachStorage on a listening Express app', () => {
     expect(await form.json()).toMatchObject({ code: 'bad-request', message: 'The body must be application/json' })
     const bad = await call('/files/api/attach/demo/%zz', { headers: auth })
     expect(bad.status).toBe(400)
+  })
+
+  it("answers a host body parser's refusal under the prefixes as JSON {code, message}, not Express's HTML page", async () => {
+    const cases: Array<[RequestInit, number, string, string]> = [
+      [{ body: '{"x":', headers: { ...auth, 'content-type': 'application/json' } }, 400, 'bad-request', 'The body is not valid JSON'],
+      [{ body: JSON.stringify({ x: 'y'.repeat(8000) }), headers: { ...auth, 'content-type': 'application/json' } }, 413, 'too-large', 'The request body is too large'],
+      [{ body: '{}', headers: { ...auth, 'content-type': 'application/json; charset=koi8-r' } }, 415, 'unsupported-media-type', 'The content type is not supported'],
+    ]
+    for (const [init, status, code, message] of cases) {
+      const res = await call('/files/api/attach/demo/1', { method: 'POST', ...init })
+      expect([res.status, res.headers.get('content-type')]).toEqual([status, 'application/json; charset=utf-8'])
+      expect(await res.json()).toEqual({ code, message })
+    }
+  })
+
+  it('answers a method the handlers never see (TRACE, WebDAV) with 404 JSON, never a 400 or 500', async () => {
+    for (const method of ['TRACE', 'PROPFIND', 'SEARCH']) {
+      const res = await new Promise<{ status: number; body: string }>((resolve, reject) => {
+        const port = new URL(base).port
+        httpRequest({ host: '127.0.0.1', port, path: '/files/api/config', method, headers: auth }, (r) => {
+          let body = ''
+          r.on('data', (d) => (body += d))
+          r.on('end', () => resolve({ status: r.statusCode!, body }))
+        })
+          .on('error', reject)
+          .end()
+      })
+      expect([method, res.status, JSON.parse(res.body)]).toEqual([method, 404, { code: 'not-found', message: 'No such route' }])
+    }
+  })
+
+  it('attachErrorHandler answers Express failures as JSON with stable codes; other errors as a logged 500', async () => {
+    const logged: unknown[] = []
+    const app = express()
+    app.post('/parse', express.json(), (_req, res) => void res.json({ ok: true }))
+    app.get('/boom', () => {
+      throw new Error('boom')
+    })
+    app.get('/teapot', () => {
+      throw Object.assign(new Error('short and stout'), { status: 418 })
+    })
+    app.use(attachErrorHandler({ error: (...args: unknown[]) => logged.push(args) }))
+    const srv = app.listen(0, '127.0.0.1')
+    await new Promise((r) => srv.once('listening', r))
+    const at = `http://127.0.0.1:${(srv.address() as AddressInfo).port}`
+    try {
+      const bad = await fetch(`${at}/parse`, { method: 'POST', body: '{', headers: { 'content-type': 'application/json' } })
+      expect([bad.status, await bad.json()]).toEqual([400, { code: 'bad-request', message: 'The body is not valid JSON' }])
+      const boom = await fetch(`${at}/boom`)
+      expect([boom.status, await boom.json()]).toEqual([500, { code: 'internal-error', message: 'An internal error occurred' }])
+      expect(logged).toHaveLength(1)
+      const teapot = await fetch(`${at}/teapot`)
+      expect([teapot.status, await teapot.json()]).toEqual([418, { code: 'bad-request', message: 'The request is not valid' }])
+    } finally {
+      srv.closeAllConnections()
+      await new Promise((r) => srv.close(r))
+    }
   })
 
   it('attachStorageRouter gives a Router a host can mount itself', async () => {

@@ -1,16 +1,33 @@
-import { Router, type RequestHandler } from 'express'
-import { createAttachHandler, type AttachStorage, type FetchHandler } from 'attach-storage'
-import { handleNodeRequest, type NodeBridgeOptions } from 'attach-storage/node'
+import { Router, type ErrorRequestHandler, type RequestHandler } from 'express'
+import { createAttachHandler, type AttachStorage, type FetchHandler, type Logger } from 'attach-storage'
+import { frameworkError, handleNodeRequest, writeWebResponse, type NodeBridgeOptions } from 'attach-storage/node'
 
 /** Options of {@link attachStorageRouter}: how the request URL is built (see `attach-storage/node`). */
 export type AttachStorageRouterOptions = NodeBridgeOptions
 
 /**
  * An Express request handler serving a Web-standard handler. The request keeps its full URL
- * (`req.originalUrl`), whatever path it was mounted under.
+ * (`req.originalUrl`), whatever path it was mounted under. A method outside `WEB_METHODS` of
+ * `attach-storage/node` (`TRACE`, WebDAV's) is answered 404 `not-found`; an answer sent before the
+ * request body was read drains or closes the connection (`releaseRequestBody`).
  */
 export function fromWebHandler(fetch: FetchHandler, options: NodeBridgeOptions = {}): RequestHandler {
   return (req, res) => handleNodeRequest(fetch, req, res, { ...options, url: req.originalUrl })
+}
+
+/**
+ * An Express error handler answering Express's own failures like every other refusal, JSON
+ * `{code, message}`: a body parser's refusal (`express.json()` on malformed JSON: 400 `bad-request`;
+ * over its `limit`: 413 `too-large`; an unsupported charset: 415 `unsupported-media-type`), a path that
+ * is not valid percent-encoding (400), any other 4xx with its kebab-case code. Anything else is a 500
+ * `internal-error`, logged. Mount it last (`app.use(attachErrorHandler())`).
+ */
+export function attachErrorHandler(logger: Pick<Logger, 'error'> = console): ErrorRequestHandler {
+  return (err, _req, res, _next) => {
+    const error = frameworkError(err)
+    if (error.status >= 500) logger.error('express:', err)
+    void writeWebResponse(res, error.toResponse())
+  }
 }
 
 /**
@@ -18,7 +35,9 @@ export function fromWebHandler(fetch: FetchHandler, options: NodeBridgeOptions =
  * under `assets-prefix`. Mount it at the application's root (`app.use(router)`): the prefixes are
  * absolute, and so are the URLs the handlers answer. Body parsers mounted before it (`express.json()`,
  * `express.urlencoded()`) do not break it: uploads are never read by them, and a JSON body they did
- * read is passed on from `req.body`.
+ * read is passed on from `req.body`. A body they refused (malformed JSON, over their limit) reaches
+ * Express's error handlers, never a Router: {@link mountAttachStorage} adds {@link attachErrorHandler}
+ * under the prefixes; a host mounting the router itself adds it too.
  *
  * @example
  * const app = express()
@@ -37,7 +56,8 @@ export function attachStorageRouter(storage: AttachStorage, options: AttachStora
 }
 
 /**
- * Mounts attach-storage on an Express app (or router) at its root. Returns the mounted Router.
+ * Mounts attach-storage on an Express app (or router) at its root, with {@link attachErrorHandler}
+ * under its two prefixes (a host body parser's refusal there answers JSON). Returns the mounted Router.
  *
  * @example
  * const storage = await createAttachStorage({ config, jwt: { secret } })
@@ -47,5 +67,10 @@ export function attachStorageRouter(storage: AttachStorage, options: AttachStora
 export function mountAttachStorage(app: { use: Router['use'] }, storage: AttachStorage, options: AttachStorageRouterOptions = {}): Router {
   const router = attachStorageRouter(storage, options)
   app.use(router)
+  // The groups own their prefixes: a failure raised before them there (a host's body parser refusing
+  // malformed JSON) answers JSON too. Express hands errors only to error handlers, never to a Router.
+  const onError = attachErrorHandler(storage.logger)
+  app.use(storage.config.apiPrefix, onError)
+  app.use(storage.config.assetsPrefix, onError)
   return router
 }

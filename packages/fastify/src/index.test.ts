@@ -1,11 +1,12 @@
 import { mkdtemp, rm } from 'node:fs/promises'
+import { request as httpRequest } from 'node:http'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import Fastify, { type FastifyInstance } from 'fastify'
 import { SignJWT } from 'jose'
 import { createAttachStorage, type AttachStorage } from 'attach-storage'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { acceptRawBodies, attachStorage, webRequest } from './index.js'
+import { acceptRawBodies, attachErrorHandler, attachStorage, fromWebHandler, notFoundHandler, refuseOtherMethods, webRequest } from './index.js'
 
 const SECRET = 'fastify-adapter-test-secret-0123'
 
@@ -118,6 +119,92 @@ describe('attachStorage plugin on a listening Fastify app', () => {
       const r = await call('/files/api/attach/demo/1', { method: 'POST', ...init })
       expect(r.status, message).toBe(400)
       expect(await r.json()).toMatchObject({ code: 'bad-request', message })
+    }
+  })
+
+  /** A request with any method (fetch refuses TRACE), read to its end. */
+  const raw = (path: string, method: string, headers: Record<string, string> = {}) =>
+    new Promise<{ status: number; headers: Record<string, unknown>; body: string }>((resolve, reject) => {
+      const url = new URL(base + path)
+      httpRequest({ host: url.hostname, port: url.port, path, method, headers }, (r) => {
+        let body = ''
+        r.on('data', (d) => (body += d))
+        r.on('end', () => resolve({ status: r.statusCode!, headers: r.headers, body }))
+      })
+        .on('error', reject)
+        .end()
+    })
+
+  it('answers TRACE and other methods the handlers never see with 404 JSON, never a 500', async () => {
+    for (const method of ['TRACE', 'QUERY']) {
+      for (const path of ['/files/api/config', '/files/raw/attach/view/1']) {
+        const res = await raw(path, method, auth)
+        expect([method, path, res.status, JSON.parse(res.body)]).toEqual([method, path, 404, { code: 'not-found', message: 'No such route' }])
+      }
+    }
+  })
+
+  it("answers the plugin scope's failures as JSON {code, message} (a host hook's refusal on its routes)", async () => {
+    const app = Fastify()
+    app.addHook('preHandler', async (request) => {
+      if (request.headers['x-refuse']) throw Object.assign(new Error('refused'), { statusCode: Number(request.headers['x-refuse']) })
+    })
+    await app.register(attachStorage, { storage })
+    const at = await app.listen({ port: 0, host: '127.0.0.1' })
+    try {
+      for (const [status, code] of [
+        [415, 'unsupported-media-type'],
+        [413, 'too-large'],
+        [405, 'method-not-allowed'],
+        [500, 'internal-error'],
+      ] as const) {
+        const res = await fetch(`${at}/files/api/config`, { headers: { ...auth, 'x-refuse': String(status) } })
+        expect([res.status, (await res.json()).code]).toEqual([status, code])
+      }
+    } finally {
+      await app.close()
+    }
+  })
+
+  it("a host's app with attachErrorHandler and notFoundHandler answers Fastify's own refusals as {code, message}", async () => {
+    const app = Fastify({ bodyLimit: 1024 })
+    app.setErrorHandler(attachErrorHandler({ error() {} }))
+    app.setNotFoundHandler(notFoundHandler)
+    app.addHook('onRequest', refuseOtherMethods)
+    app.post('/json', async (request) => ({ body: request.body }))
+    app.get('/web', fromWebHandler(async () => new Response('twelve bytes', { headers: { 'content-type': 'text/plain', 'content-length': '12' } })))
+    const at = await app.listen({ port: 0, host: '127.0.0.1' })
+    try {
+      const send = (body: string, type: string) => fetch(`${at}/json`, { method: 'POST', body, headers: { 'content-type': type } })
+      const cases: Array<[Promise<Response>, number, string, string]> = [
+        [send('{"x":', 'application/json'), 400, 'bad-request', 'The body is not valid JSON'],
+        [send(JSON.stringify({ x: 'y'.repeat(4000) }), 'application/json'), 413, 'too-large', 'The request body is too large'],
+        [send('x', 'application/x-unknown'), 415, 'unsupported-media-type', 'The content type is not supported'],
+        [fetch(`${at}/nowhere`), 404, 'not-found', 'No such route'],
+        [fetch(`${at}/json`), 404, 'not-found', 'No such route'],
+      ]
+      for (const [pending, status, code, message] of cases) {
+        const res = await pending
+        expect([res.status, await res.json()]).toEqual([status, { code, message }])
+      }
+      for (const method of ['TRACE', 'SEARCH', 'QUERY']) {
+        const res = await new Promise<{ status: number; body: string }>((resolve, reject) => {
+          const url = new URL(at)
+          httpRequest({ host: url.hostname, port: url.port, path: '/json', method }, (r) => {
+            let body = ''
+            r.on('data', (d) => (body += d))
+            r.on('end', () => resolve({ status: r.statusCode!, body }))
+          })
+            .on('error', reject)
+            .end()
+        })
+        expect([method, res.status, JSON.parse(res.body).code]).toEqual([method, 404, 'not-found'])
+      }
+      // HEAD on a GET route served by a Web handler: Fastify's own HEAD route could not measure a Response.
+      const head = await fetch(`${at}/web`, { method: 'HEAD' })
+      expect([head.status, head.headers.get('content-length'), await head.text()]).toEqual([200, '12', ''])
+    } finally {
+      await app.close()
     }
   })
 })

@@ -1,7 +1,7 @@
-import type { Readable } from 'node:stream'
-import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify'
-import { createAttachHandler, type AttachStorage, type FetchHandler } from 'attach-storage'
-import { toWebRequest, type NodeBridgeOptions } from 'attach-storage/node'
+import { Readable } from 'node:stream'
+import type { FastifyError, FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify'
+import { createAttachHandler, type AttachStorage, type FetchHandler, type Logger } from 'attach-storage'
+import { WEB_METHODS, frameworkError, methodNotServed, releaseRequestBody, toWebRequest, type NodeBridgeOptions } from 'attach-storage/node'
 
 /** Options of the {@link attachStorage} plugin. */
 export interface AttachStoragePluginOptions extends NodeBridgeOptions {
@@ -29,17 +29,77 @@ export function webRequest(request: FastifyRequest, reply: FastifyReply, options
 /**
  * A Fastify route handler serving a Web-standard handler. Fastify sends the Response through its own
  * reply (hooks and CORS headers apply), streaming the body with back-pressure and cancelling it when
- * the client goes away.
+ * the client goes away. A method outside `WEB_METHODS` of `attach-storage/node` (`TRACE`, which a Web
+ * `Request` cannot carry) is answered 404 `not-found`; an answer sent before the request body was read
+ * drains or closes the connection (`releaseRequestBody`).
  */
 export function fromWebHandler(fetch: FetchHandler, options: NodeBridgeOptions = {}) {
-  return async (request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> => reply.send(await fetch(webRequest(request, reply, options)))
+  return async (request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> => {
+    const response = WEB_METHODS.has(request.raw.method ?? 'GET') ? await fetch(webRequest(request, reply, options)) : methodNotServed()
+    return sendResponse(reply, response)
+  }
+}
+
+/**
+ * Sends a Web `Response` through a Fastify reply, after letting go of a request body the answer did
+ * not read (`releaseRequestBody`). A HEAD answer goes out as its status and headers with an empty Node
+ * stream: the HEAD route Fastify adds to a GET route cannot measure a `Response` (it answered 500), and
+ * the `Content-Length` of the Response is kept.
+ */
+export function sendResponse(reply: FastifyReply, response: Response): FastifyReply {
+  releaseRequestBody(reply.request.raw, reply.raw)
+  if (reply.request.raw.method !== 'HEAD') return reply.send(response)
+  reply.code(response.status)
+  for (const [name, value] of response.headers) reply.header(name, value)
+  void response.body?.cancel().catch(() => undefined)
+  return reply.send(Readable.from([]))
+}
+
+/**
+ * An `onRequest` hook answering a method outside `WEB_METHODS` of `attach-storage/node` with 404
+ * `not-found` before Fastify looks at the body (Fastify refuses a `QUERY` without a content type with
+ * a 400 of its own before any handler runs). The plugin adds it in its scope; a host adds it on its app
+ * for its other routes and its 404 (`app.addHook('onRequest', refuseOtherMethods)`).
+ */
+export function refuseOtherMethods(request: FastifyRequest, reply: FastifyReply, done: () => void): void {
+  if (WEB_METHODS.has(request.raw.method ?? 'GET')) done()
+  else sendResponse(reply, methodNotServed())
+}
+
+/** The answer of {@link attachErrorHandler}: a Fastify refusal as JSON `{code, message}`. */
+export function errorResponse(err: unknown, logger: Pick<Logger, 'error'> = console): Response {
+  const error = frameworkError(err)
+  if (error.status >= 500) logger.error('fastify:', err)
+  return error.toResponse()
+}
+
+/**
+ * A Fastify error handler answering Fastify's own refusals like every other refusal, JSON
+ * `{code, message}` with a stable kebab-case code: an unsupported content type (415
+ * `unsupported-media-type`), a body over `bodyLimit` (413 `too-large`), malformed JSON (400
+ * `bad-request`), any other 4xx with its code; anything else is a 500 `internal-error`, logged. The
+ * {@link attachStorage} plugin sets it in its own scope; a host sets it on its app
+ * (`app.setErrorHandler(attachErrorHandler())`), and can pass it as `frameworkErrors` too.
+ */
+export function attachErrorHandler(logger: Pick<Logger, 'error'> = console) {
+  return (err: FastifyError, _request: FastifyRequest, reply: FastifyReply): FastifyReply => sendResponse(reply, errorResponse(err, logger))
+}
+
+/**
+ * A Fastify not-found handler answering 404 `not-found` JSON `{code, message}` (the plugin cannot set
+ * it for the host: Fastify allows one per prefix, and the plugin has none). Methods Fastify does not
+ * route at all (`SEARCH`, WebDAV's) reach it too. `app.setNotFoundHandler(notFoundHandler)`.
+ */
+export function notFoundHandler(_request: FastifyRequest, reply: FastifyReply): FastifyReply {
+  return sendResponse(reply, methodNotServed())
 }
 
 /**
  * Mounts attach-storage on a Fastify app: the JSON group under `api-prefix` and the binary group under
  * `assets-prefix`, every method. Its routes read their bodies as streams through a pass-through
- * content-type parser registered in the plugin's own scope only. Register it without a `prefix`
- * option: the prefixes come from the configuration, and the URLs the handlers answer are built on them.
+ * content-type parser registered in the plugin's own scope only, and its own error handler answers
+ * Fastify's refusals there as JSON `{code, message}`. Register it without a `prefix` option: the
+ * prefixes come from the configuration, and the URLs the handlers answer are built on them.
  *
  * @example
  * const app = Fastify()
@@ -48,6 +108,8 @@ export function fromWebHandler(fetch: FetchHandler, options: NodeBridgeOptions =
 export const attachStorage: FastifyPluginAsync<AttachStoragePluginOptions> = async (scope, { storage, ...options }) => {
   const handler = createAttachHandler(storage)
   acceptRawBodies(scope)
+  scope.setErrorHandler(attachErrorHandler(storage.logger))
+  scope.addHook('onRequest', refuseOtherMethods)
   for (const [prefix, fetch] of [
     [storage.config.apiPrefix, handler.api],
     [storage.config.assetsPrefix, handler.assets],

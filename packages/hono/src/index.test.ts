@@ -78,4 +78,15 @@ describe('mountAttachStorage', () => {
     expect(nf.status).toBe(404)
     expect((await nf.json()).code).toBe('not-found')
   })
+
+  it('answers a method the handlers never serve (WebDAV, ...) with 404 JSON before authentication, like the Node adapters', async () => {
+    for (const method of ['PROPFIND', 'SEARCH', 'MKCOL']) {
+      for (const path of ['/files/api/config', '/files/raw/attach/view/1']) {
+        const res = await app.request(path, { method })
+        expect([method, path, res.status, await res.json()]).toEqual([method, path, 404, { code: 'not-found', message: 'No such route' }])
+      }
+    }
+    // The methods it does serve still reach the handlers (authentication first in the JSON group).
+    expect((await app.request('/files/api/config', { method: 'DELETE' })).status).toBe(401)
+  })
 })

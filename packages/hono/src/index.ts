@@ -1,5 +1,12 @@
 import type { Hono } from 'hono'
-import { createAttachHandler, type AttachHandler, type AttachStorage } from 'attach-storage'
+import { createAttachHandler, notFound, type AttachHandler, type AttachStorage } from 'attach-storage'
+
+/**
+ * The methods handed to the handlers; any other one (`TRACE`, WebDAV's, ...) is answered 404
+ * `not-found` before any handler runs, as the Express and Fastify adapters do (`WEB_METHODS` of
+ * `attach-storage/node`, which this runtime-neutral adapter does not import).
+ */
+const WEB_METHODS: ReadonlySet<string> = new Set(['GET', 'HEAD', 'POST', 'PUT', 'DELETE', 'PATCH', 'OPTIONS'])
 
 /**
  * Mounts attach-storage on a Hono app: the JSON group under `api-prefix` and the binary group under
@@ -13,9 +20,11 @@ import { createAttachHandler, type AttachHandler, type AttachStorage } from 'att
 export function mountAttachStorage(app: Hono<any, any, any>, storage: AttachStorage): AttachHandler {
   const handler = createAttachHandler(storage)
   const { apiPrefix, assetsPrefix } = storage.config
-  app.all(apiPrefix, (c) => handler.api(c.req.raw))
-  app.all(`${apiPrefix}/*`, (c) => handler.api(c.req.raw))
-  app.all(assetsPrefix, (c) => handler.assets(c.req.raw))
-  app.all(`${assetsPrefix}/*`, (c) => handler.assets(c.req.raw))
+  const serve = (fetch: (request: Request) => Promise<Response>) => (c: { req: { method: string; raw: Request } }) =>
+    WEB_METHODS.has(c.req.method) ? fetch(c.req.raw) : notFound('No such route').toResponse()
+  app.all(apiPrefix, serve(handler.api))
+  app.all(`${apiPrefix}/*`, serve(handler.api))
+  app.all(assetsPrefix, serve(handler.assets))
+  app.all(`${assetsPrefix}/*`, serve(handler.assets))
   return handler
 }

@@ -11,9 +11,9 @@
  * createServer(createNodeHandler(createAttachHandler(storage).fetch)).listen(3000)
  */
 import type { IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http'
-import type { Readable } from 'node:stream'
+import type { Duplex, Readable } from 'node:stream'
 import { pipeline } from 'node:stream/promises'
-import { AttachStorageError, badRequest } from '../errors.js'
+import { AttachStorageError, badRequest, notFound } from '../errors.js'
 import { nodeBodyOf } from '../http/node-body.js'
 
 /** Options shared by every entry point of the bridge. */
@@ -83,10 +83,22 @@ function requestUrl(req: IncomingMessage, options: ToWebRequestOptions): string 
   return `${proto}://${host}${path}`
 }
 
+/**
+ * What the bridge knows of a request body it streams: the bytes handed to the reader so far, and how to
+ * let go of the source (the answer went out before the body was read, see {@link releaseRequestBody}).
+ */
+interface BodyState {
+  received: number
+  release(): void
+}
+const bodies = new WeakMap<IncomingMessage, BodyState>()
+
 /** A Web stream reading a Node stream as the consumer pulls, pausing the source in between. */
-function streamFrom(source: Readable): ReadableStream<Uint8Array> {
+function streamFrom(source: Readable, owner?: IncomingMessage): ReadableStream<Uint8Array> {
   let onData: (chunk: Buffer | string) => void
   let detach = () => {}
+  const state: BodyState = { received: 0, release: () => {} }
+  if (owner) bodies.set(owner, state)
   return new ReadableStream<Uint8Array>(
     {
       start(controller) {
@@ -102,7 +114,9 @@ function streamFrom(source: Readable): ReadableStream<Uint8Array> {
           }
         }
         onData = (chunk) => {
-          controller.enqueue(typeof chunk === 'string' ? Buffer.from(chunk) : chunk)
+          const bytes = typeof chunk === 'string' ? Buffer.from(chunk) : chunk
+          state.received += bytes.byteLength
+          controller.enqueue(bytes)
           if ((controller.desiredSize ?? 1) <= 0) source.pause()
         }
         const onEnd = () => settle(() => controller.close())
@@ -116,6 +130,9 @@ function streamFrom(source: Readable): ReadableStream<Uint8Array> {
           source.off('error', onError)
           source.off('close', onClose)
         }
+        // The answer went out first: a late reader sees the body fail, never a truncated one end.
+        state.release = () =>
+          settle(() => controller.error(new AttachStorageError('aborted', 'The answer was sent before the request body was read', { status: 400 })))
         source.on('data', onData)
         source.once('end', onEnd)
         source.once('error', onError)
@@ -197,16 +214,101 @@ export function toWebRequest(req: IncomingMessage, res?: ServerResponse, options
   if (method !== 'GET' && method !== 'HEAD') {
     const parsed = (req as { body?: unknown }).body
     const consumed = req.readableEnded || (req as { _body?: unknown })._body === true
-    if (options.body) body = streamFrom(options.body)
+    if (options.body) body = streamFrom(options.body, req)
     else if (consumed && parsed !== undefined && headers.get('content-length') !== '0') {
       const bytes = encodeParsed(parsed, headers.get('content-type') ?? '')
       headers.delete('transfer-encoding')
       headers.delete('content-encoding')
       headers.set('content-length', String(typeof bytes === 'string' ? Buffer.byteLength(bytes) : bytes.byteLength))
       body = bytes as BodyInit
-    } else if (!consumed) body = streamFrom(req)
+    } else if (!consumed) body = streamFrom(req, req)
   }
   return new Request(url, { method, headers, body, signal: controller.signal, duplex: 'half' } as RequestInit)
+}
+
+/**
+ * The methods the adapters hand to a Web handler. Any other one (`TRACE`, `TRACK`, `CONNECT`, which a
+ * Web `Request` cannot even carry, and the WebDAV-style ones Node's parser lets through) is answered
+ * 404 `not-found` by the adapter itself, the same way on every framework, before any handler runs.
+ */
+export const WEB_METHODS: ReadonlySet<string> = new Set(['GET', 'HEAD', 'POST', 'PUT', 'DELETE', 'PATCH', 'OPTIONS'])
+
+/** The answer to a method outside {@link WEB_METHODS}. */
+export const methodNotServed = (): Response => notFound('No such route').toResponse()
+
+/**
+ * An unread request body up to this many bytes is read and discarded after an early answer (a 401 or
+ * 404 sent before the body was read), and the connection is kept. A larger or unknown-length rest
+ * closes the connection instead.
+ */
+export const DRAIN_LIMIT = 64 * 1024
+
+/**
+ * After an early answer that closes the connection, how long the server keeps discarding what the
+ * client still sends before it cuts the connection (closing at once, with bytes unread, would reset
+ * the connection and could take the answer with it).
+ */
+export const LINGER_MS = 2000
+
+/**
+ * What becomes of the unread part of a request body when the answer goes out now: `none` (there is
+ * none: no body, or it was read to its end), `drain` (a known rest of at most {@link DRAIN_LIMIT}
+ * bytes, read and discarded; the connection stays open) or `close` (a larger or unknown-length rest:
+ * the answer carries `Connection: close`).
+ */
+export function unreadBody(req: IncomingMessage): 'none' | 'drain' | 'close' {
+  if (req.complete || req.destroyed) return 'none'
+  if (req.headers['transfer-encoding'] !== undefined) return 'close'
+  const length = Number(req.headers['content-length'] ?? 0)
+  if (!Number.isSafeInteger(length) || length < 0) return 'close'
+  const rest = length - (bodies.get(req)?.received ?? 0)
+  if (rest <= 0) return 'none'
+  return rest <= DRAIN_LIMIT ? 'drain' : 'close'
+}
+
+const released = new WeakSet<IncomingMessage>()
+const ignore = () => {}
+
+/**
+ * Lets go of a request body that the answer about to be sent did not read, so that the connection is
+ * never left waiting for a body nobody reads: a small known rest is read and discarded (keep-alive
+ * goes on), anything else gets `Connection: close` on `res` (while its headers are not sent) and is
+ * discarded for at most {@link LINGER_MS} after the answer, then the connection is cut. A reader of
+ * the Web body still waiting sees it fail. Call it right before writing the answer; a second call does
+ * nothing. {@link writeWebResponse} calls it; an adapter that sends the answer through its framework's
+ * reply calls it itself.
+ *
+ * @returns what was decided (see {@link unreadBody}).
+ */
+export function releaseRequestBody(req: IncomingMessage, res?: ServerResponse): 'none' | 'drain' | 'close' {
+  const fate = unreadBody(req)
+  if (released.has(req)) return fate
+  released.add(req)
+  if (fate === 'none') {
+    // Read to the end by the parser, maybe not by the reader: whatever is still buffered goes.
+    if (!req.readableEnded && !req.destroyed && bodies.has(req)) {
+      bodies.get(req)!.release()
+      req.on('error', ignore)
+      req.resume()
+    }
+    return fate
+  }
+  bodies.get(req)?.release()
+  req.on('error', ignore)
+  if (fate === 'close' && res && !res.headersSent) res.setHeader('connection', 'close')
+  // Discard the rest; with `Connection: close`, Node ends the connection once the answer is out.
+  req.resume()
+  const socket: Duplex | null = req.socket
+  if (socket) {
+    const cut = () => {
+      if (!req.complete && !socket.destroyed) socket.destroy()
+    }
+    // A client that stops sending half-way, or keeps sending after the answer, is cut after a while.
+    const linger = () => setTimeout(cut, LINGER_MS).unref()
+    if (res && !res.writableFinished) res.once('finish', linger)
+    else linger()
+  }
+  return fate
 }
 
 /** Resolves true on 'drain', false when the response closed first. */
@@ -244,6 +346,7 @@ export async function writeWebResponse(res: ServerResponse, response: Response, 
   const cookies = response.headers.getSetCookie()
   if (cookies.length > 0) headers['set-cookie'] = cookies
   const body = response.body
+  if (res.req) releaseRequestBody(res.req, res)
   if (res.headersSent || res.destroyed) {
     await body?.cancel().catch(() => undefined)
     if (!res.destroyed) res.destroy()
@@ -328,6 +431,10 @@ export async function handleNodeRequest(
   res: ServerResponse,
   options: ToWebRequestOptions = {},
 ): Promise<void> {
+  if (!WEB_METHODS.has((req.method ?? 'GET').toUpperCase())) {
+    await writeWebResponse(res, methodNotServed())
+    return
+  }
   let request: Request
   try {
     request = toWebRequest(req, res, options)
@@ -346,6 +453,76 @@ export async function handleNodeRequest(
   } catch {
     if (!res.destroyed) res.destroy()
   }
+}
+
+const FRAMEWORK_CODES: Record<number, [string, string]> = {
+  400: ['bad-request', 'The request is not valid'],
+  401: ['unauthorized', 'Authentication is required'],
+  403: ['forbidden', 'The request is not permitted'],
+  404: ['not-found', 'No such route'],
+  405: ['method-not-allowed', 'The method is not allowed here'],
+  406: ['not-acceptable', 'No acceptable representation'],
+  408: ['request-timeout', 'The request took too long to arrive'],
+  411: ['length-required', 'The request needs a Content-Length'],
+  413: ['too-large', 'The request body is too large'],
+  415: ['unsupported-media-type', 'The content type is not supported'],
+  431: ['headers-too-large', 'The request headers are too large'],
+}
+const JSON_ERRORS = new Set(['entity.parse.failed', 'FST_ERR_CTP_INVALID_JSON_BODY', 'FST_ERR_CTP_EMPTY_JSON_BODY'])
+
+/**
+ * A web framework's own refusal as the `{code, message}` error every other refusal answers: Express's
+ * body parsers (`entity.parse.failed`, `entity.too.large`, `encoding.unsupported`, ...), Fastify's
+ * content-type parsers and body limit (`FST_ERR_CTP_*`), a path that is not valid percent-encoding,
+ * a 404 or 405 of the router. The status is the error's own 4xx (`status` or `statusCode`) with a
+ * stable kebab-case code (400 `bad-request`, 404 `not-found`, 405 `method-not-allowed`, 413
+ * `too-large`, 415 `unsupported-media-type`, ...); anything else is a 500 `internal-error`, whose
+ * cause the caller should log. An `AttachStorageError` is returned as it is.
+ */
+export function frameworkError(err: unknown): AttachStorageError {
+  if (err instanceof AttachStorageError) return err
+  const e = (err ?? {}) as { status?: unknown; statusCode?: unknown; code?: unknown; type?: unknown }
+  const status = [e.statusCode, e.status].find((v): v is number => Number.isInteger(v) && (v as number) >= 400 && (v as number) < 500)
+  if (status === undefined) return new AttachStorageError('internal-error', 'An internal error occurred', { status: 500, cause: err })
+  const [code, generic] = FRAMEWORK_CODES[status] ?? ['bad-request', 'The request is not valid']
+  const kind = typeof e.type === 'string' ? e.type : typeof e.code === 'string' ? e.code : ''
+  const message =
+    err instanceof URIError || kind === 'FST_ERR_BAD_URL'
+      ? // The same words as the attach handlers for a path that is not valid percent-encoding.
+        'The path is not valid percent-encoding'
+      : JSON_ERRORS.has(kind)
+        ? 'The body is not valid JSON'
+        : generic
+  return new AttachStorageError(code, message, { status, cause: err })
+}
+
+/** The JSON answer of {@link answerClientError}: status, code and message by Node's error code. */
+function clientErrorOf(err: NodeJS.ErrnoException): [number, string, string, string] {
+  if (err.code === 'HPE_HEADER_OVERFLOW') return [431, 'Request Header Fields Too Large', 'headers-too-large', 'The request headers are too large']
+  if (err.code === 'ERR_HTTP_REQUEST_TIMEOUT') return [408, 'Request Timeout', 'request-timeout', 'The request took too long to arrive']
+  return [400, 'Bad Request', 'bad-request', 'The request is not valid HTTP']
+}
+
+/**
+ * A `clientError` listener for a `node:http` server (`server.on('clientError', answerClientError)`, or
+ * Fastify's `clientErrorHandler` option): a request Node's parser refused (two different
+ * `Content-Length` headers, a malformed chunked body, headers too large, a request too slow to arrive)
+ * is answered like every other refusal, JSON `{code, message}` (400 `bad-request`, 431
+ * `headers-too-large`, 408 `request-timeout`), with `Connection: close`, instead of Node's bare status
+ * line or a framework's own shape. A connection reset by the client is simply closed.
+ */
+export function answerClientError(err: Error, socket: Duplex): void {
+  const e = err as NodeJS.ErrnoException
+  if (e.code === 'ECONNRESET' || !socket.writable || (socket as { _httpMessage?: { headersSent?: boolean } })._httpMessage?.headersSent) {
+    socket.destroy()
+    return
+  }
+  const [status, text, code, message] = clientErrorOf(e)
+  const body = JSON.stringify({ code, message })
+  socket.end(
+    `HTTP/1.1 ${status} ${text}\r\nContent-Type: application/json; charset=utf-8\r\nCache-Control: no-store\r\n` +
+      `X-Content-Type-Options: nosniff\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+  )
 }
 
 /**

@@ -5,7 +5,8 @@ import { createServer, request as httpRequest, type IncomingMessage, type Server
 import { connect, type AddressInfo, type Socket } from 'node:net'
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
 import { makeKit, token, type Kit } from '../http/test-kit.js'
-import { createNodeHandler, handleNodeRequest, toWebRequest, writeWebResponse } from './index.js'
+import { AttachStorageError } from '../errors.js'
+import { DRAIN_LIMIT, answerClientError, createNodeHandler, frameworkError, handleNodeRequest, toWebRequest, writeWebResponse } from './index.js'
 
 type Listener = (req: IncomingMessage, res: ServerResponse) => void
 
@@ -264,5 +265,118 @@ describe('toWebRequest without a response', () => {
     })
     // Either the head never made it or the body is cut short: never a complete-looking answer.
     await expect(fetch(base).then((r) => r.text())).rejects.toThrow()
+  })
+})
+
+/** Everything the server sends on one raw connection until it closes (or `ms` passes), and whether it closed. */
+async function exchange(port: number, parts: Array<string | Buffer>, ms = 10_000): Promise<{ text: string; closed: boolean }> {
+  const socket = await open(port)
+  let text = ''
+  let closed = false
+  socket.on('data', (d) => (text += d.toString('latin1')))
+  socket.on('error', () => {})
+  socket.on('close', () => (closed = true))
+  for (const part of parts) socket.write(part)
+  await until(() => closed || (text.match(/HTTP\/1\.1 [2-5]\d\d/g) ?? []).length >= 2, ms).catch(() => undefined)
+  socket.destroy()
+  return { text, closed }
+}
+const statuses = (text: string) => [...text.matchAll(/HTTP\/1\.1 (\d{3})/g)].map((m) => Number(m[1]))
+
+describe('an answer sent before the request body was read', () => {
+  // A handler that refuses before reading, the way an authentication check does.
+  const refuse = async () => new AttachStorageError('unauthorized', 'no', { status: 401 }).toResponse()
+  const next = 'GET /next HTTP/1.1\r\nhost: x\r\n\r\n'
+  const post = (size: number) => [`POST /p HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: ${size}\r\n\r\n`, Buffer.alloc(size, 32)]
+
+  it('closes the connection after the answer when a large rest is unread (Connection: close), and a new one is served', async () => {
+    const { port } = await listen(createNodeHandler(refuse))
+    const { text, closed } = await exchange(port, [...post(600 * 1024), next])
+    expect(closed).toBe(true)
+    expect(statuses(text)).toEqual([401])
+    expect(text).toMatch(/\r\nconnection: close\r\n/i)
+    expect(statuses((await exchange(port, [next.replace('\r\n\r\n', '\r\nconnection: close\r\n\r\n')])).text)).toEqual([401])
+  })
+
+  it('drains a small unread rest and keeps the connection for the next request', async () => {
+    const { port } = await listen(createNodeHandler(refuse))
+    const { text, closed } = await exchange(port, [...post(DRAIN_LIMIT), next])
+    expect(statuses(text)).toEqual([401, 401])
+    expect(closed).toBe(false)
+  })
+
+  it('closes after an unknown-length (chunked) body, even one that never comes', async () => {
+    const { port } = await listen(createNodeHandler(refuse))
+    const { text, closed } = await exchange(port, ['POST /p HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n'])
+    expect([statuses(text), closed]).toEqual([[401], true])
+  })
+
+  it('cuts a client that stops sending half-way after the answer, instead of waiting for it', async () => {
+    const { port } = await listen(createNodeHandler(refuse))
+    const [head] = post(1000)
+    const { text, closed } = await exchange(port, [head!, 'x'.repeat(10)])
+    expect([statuses(text), closed]).toEqual([[401], true])
+  })
+
+  it('fails a Web body read after the answer went out, rather than leaving its reader waiting', async () => {
+    let late: Promise<unknown> | undefined
+    const { port } = await listen(
+      createNodeHandler(async (request) => {
+        setTimeout(() => (late = request.text().then(() => 'read', () => 'failed')), 50)
+        return new Response('early', { status: 403 })
+      }),
+    )
+    await exchange(port, post(600 * 1024))
+    await until(() => late !== undefined)
+    expect(await late).toBe('failed')
+  })
+})
+
+describe('refusals outside the handlers', () => {
+  it('answers TRACE (which a Web Request cannot carry) and WebDAV methods 404 JSON, without calling the handler', async () => {
+    let called = 0
+    const { port } = await listen(createNodeHandler(async () => (called++, new Response('ok'))))
+    for (const method of ['TRACE', 'PROPFIND', 'M-SEARCH']) {
+      const { text } = await exchange(port, [`${method} /x HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n`])
+      expect([method, statuses(text), JSON.parse(text.slice(text.indexOf('{'), text.lastIndexOf('}') + 1))]).toEqual([
+        method,
+        [404],
+        { code: 'not-found', message: 'No such route' },
+      ])
+    }
+    expect(called).toBe(0)
+  })
+
+  it("answerClientError answers what Node's parser refuses as JSON {code, message} and closes", async () => {
+    const server = createServer(createNodeHandler(async () => new Response('ok'))).on('clientError', answerClientError)
+    servers.push(server)
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r))
+    const port = (server.address() as AddressInfo).port
+    const cases: Array<[string, number, string]> = [
+      ['POST /p HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\ncontent-length: 3\r\n\r\n{}', 400, 'bad-request'],
+      ['POST /p HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n', 400, 'bad-request'],
+      [`GET /p HTTP/1.1\r\nhost: x\r\nx-big: ${'a'.repeat(20_000)}\r\n\r\n`, 431, 'headers-too-large'],
+    ]
+    for (const [bytes, status, code] of cases) {
+      const { text, closed } = await exchange(port, [bytes])
+      expect([statuses(text), closed, JSON.parse(text.slice(text.indexOf('{'))).code]).toEqual([[status], true, code])
+    }
+  })
+
+  it('frameworkError maps a framework refusal to a stable code, and anything else to internal-error', () => {
+    const of = (err: unknown) => {
+      const e = frameworkError(err)
+      return [e.status, e.code, e.message]
+    }
+    expect(of(Object.assign(new Error('x'), { status: 400, type: 'entity.parse.failed' }))).toEqual([400, 'bad-request', 'The body is not valid JSON'])
+    expect(of(Object.assign(new Error('x'), { statusCode: 400, code: 'FST_ERR_CTP_INVALID_JSON_BODY' }))).toEqual([400, 'bad-request', 'The body is not valid JSON'])
+    expect(of(Object.assign(new Error('x'), { statusCode: 413, code: 'FST_ERR_CTP_BODY_TOO_LARGE' }))).toEqual([413, 'too-large', 'The request body is too large'])
+    expect(of(Object.assign(new Error('x'), { statusCode: 415 }))).toEqual([415, 'unsupported-media-type', 'The content type is not supported'])
+    expect(of(Object.assign(new URIError('x'), { status: 400 }))).toEqual([400, 'bad-request', 'The path is not valid percent-encoding'])
+    expect(of(Object.assign(new Error('x'), { statusCode: 404 }))).toEqual([404, 'not-found', 'No such route'])
+    expect(of(new Error('boom'))).toEqual([500, 'internal-error', 'An internal error occurred'])
+    expect(of(Object.assign(new Error('x'), { statusCode: 503 }))).toEqual([500, 'internal-error', 'An internal error occurred'])
+    const own = new AttachStorageError('too-large', 'mine', { status: 413 })
+    expect(frameworkError(own)).toBe(own)
   })
 })
