@@ -34,6 +34,7 @@ const sign = (sub: string, secret = SECRET) =>
 
 interface Running {
   ref: Reference
+  server: Server
   base: string
   port: number
   dataDir: string
@@ -52,12 +53,12 @@ const APPS = {
     const ref = await honoApp.createReferenceApp(env, quiet)
     const server = serve({ fetch: ref.app.fetch, port: 0, hostname: '127.0.0.1' }) as Server
     server.on('clientError', answerClientError)
-    return { ref, port: await listening(server), stop: () => new Promise<void>((r) => (server.closeAllConnections(), server.close(() => r()))) }
+    return { ref, server, port: await listening(server), stop: () => new Promise<void>((r) => (server.closeAllConnections(), server.close(() => r()))) }
   },
   async express(env: Env) {
     const ref = await expressApp.createReferenceApp(env, quiet)
     const server = createServer(ref.app).on('clientError', answerClientError).listen(0, '127.0.0.1')
-    return { ref, port: await listening(server), stop: () => new Promise<void>((r) => (server.closeAllConnections(), server.close(() => r()))) }
+    return { ref, server, port: await listening(server), stop: () => new Promise<void>((r) => (server.closeAllConnections(), server.close(() => r()))) }
   },
   async fastify(env: Env) {
     const ref = await fastifyApp.createReferenceApp(env, quiet)
@@ -68,7 +69,7 @@ const APPS = {
       ref.app.server.closeAllConnections()
       await closing
     }
-    return { ref, port: (ref.app.server.address() as AddressInfo).port, stop }
+    return { ref, server: ref.app.server, port: (ref.app.server.address() as AddressInfo).port, stop }
   },
 } as const
 type AppName = keyof typeof APPS
@@ -76,9 +77,10 @@ const NAMES = Object.keys(APPS) as AppName[]
 
 async function start(name: AppName, env: Env = {}): Promise<Running> {
   const dataDir = await mkdtemp(join(tmpdir(), `attach-${name}-`))
-  const { ref, port, stop } = await APPS[name]({ ATTACH_DATA_DIR: dataDir, ATTACH_JWT_SECRET: SECRET, ...env })
+  const { ref, server, port, stop } = await APPS[name]({ ATTACH_DATA_DIR: dataDir, ATTACH_JWT_SECRET: SECRET, ...env })
   return {
     ref,
+    server,
     port,
     base: `http://127.0.0.1:${port}`,
     dataDir,
@@ -483,6 +485,13 @@ for (const name of NAMES) {
       expect(seen['TRACE /api/storage/config (token)']).toBe('404 not-found')
       expect(seen['TRACE /assets/storage/attach/view/1']).toBe('404 not-found')
       log.methods = seen
+    })
+
+    it("bounds how long a request may take to arrive with Node's limits, on every app", () => {
+      const limits = { request: srv.server.requestTimeout, headers: srv.server.headersTimeout, keepAlive: srv.server.keepAliveTimeout }
+      expect(limits.request).toBeGreaterThan(0)
+      expect(limits.headers).toBeGreaterThan(0)
+      log['server limits'] = limits
     })
 
     it('closes a CONNECT request and keeps serving', async () => {

@@ -21,6 +21,10 @@ export async function createReferenceApp(env: ServerEnv = process.env, logger: L
     // answer `{code, message}` JSON like the rest.
     frameworkErrors: (err, _request, reply) => void sendResponse(reply, errorResponse(err, logger)),
     clientErrorHandler: answerClientError,
+    // Node's own limits, as the Hono and Express servers have them: a request whose body never finishes
+    // arriving is cut after 5 minutes (Fastify's default is no limit), an idle connection after 5 s.
+    requestTimeout: 300_000,
+    keepAliveTimeout: 5_000,
   })
   try {
     app.setErrorHandler(attachErrorHandler(logger))
