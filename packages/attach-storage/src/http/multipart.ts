@@ -1,3 +1,4 @@
+import { EventEmitter } from 'node:events'
 import { Readable, Transform, type TransformCallback } from 'node:stream'
 import { Busboy, type BusboyFileStream } from '@fastify/busboy'
 import { AttachStorageError, badRequest, tooLarge } from '../errors.js'
@@ -21,6 +22,27 @@ class ByteLimit extends Transform {
     if (this.#seen > this.limit) cb(tooLarge(`The request is larger than the limit of ${this.limit} bytes`))
     else cb(null, chunk)
   }
+}
+
+/**
+ * Keeps busboy from stalling on a part it skips. Busboy drops a part it cannot use (no
+ * `Content-Disposition`, a bare CR or LF in its name or file name, past the parts limit) by resuming it
+ * without a reader; when such a part holds more than the parser's high-water mark (16 KiB) and ends in
+ * the same write, the parser stays paused for good: no `finish`, no `error`, and the request never
+ * answers. Every part that has no reader once its header is read gets one here, so its bytes flow away
+ * as they come. Parts busboy reads (fields and files) are left alone.
+ */
+function drainSkippedParts(bb: InstanceType<typeof Busboy>): void {
+  const parser = (bb as unknown as { _parser?: { parser?: unknown } })._parser?.parser
+  if (!(parser instanceof EventEmitter)) return
+  parser.on('part', (part: Readable) => {
+    part.on('header', () => {
+      if (part.listenerCount('data') > 0) return
+      // Emit each chunk at once (as busboy does for the parts it reads) instead of buffering it.
+      ;(part as unknown as { _readableState: { sync: boolean } })._readableState.sync = false
+      part.on('data', () => {})
+    })
+  })
 }
 
 /**
@@ -75,6 +97,7 @@ export async function receiveMultipart(
   } catch (err) {
     throw badRequest(`Malformed multipart request: ${(err as Error).message}`)
   }
+  drainSkippedParts(bb)
 
   const body = Readable.fromWeb(request.body as import('node:stream/web').ReadableStream<Uint8Array>)
   const limit = new ByteLimit(maxRequest)
