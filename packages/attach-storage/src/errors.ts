@@ -12,17 +12,25 @@ export class AttachStorageError extends Error {
   readonly status: number
   /** Extra JSON members of the error body (for example `failures`). */
   readonly details: Record<string, unknown> | undefined
+  /** HTTP headers answered with this error (for example `Retry-After` on a 503). */
+  readonly headers: Record<string, string> | undefined
 
   constructor(
     code: string,
     message: string,
-    options: { status?: number; cause?: unknown; details?: Record<string, unknown> } = {},
+    options: {
+      status?: number
+      cause?: unknown
+      details?: Record<string, unknown>
+      headers?: Record<string, string>
+    } = {},
   ) {
     super(message, options.cause === undefined ? undefined : { cause: options.cause })
     this.name = 'AttachStorageError'
     this.code = code
     this.status = options.status ?? 500
     this.details = options.details
+    this.headers = options.headers
   }
 
   /** The JSON body `{code, message, ...details}` answered for this error. */
@@ -30,9 +38,10 @@ export class AttachStorageError extends Error {
     return { ...this.details, code: this.code, message: this.message }
   }
 
-  /** A Web Response carrying this error as JSON. */
+  /** A Web Response carrying this error as JSON, with its own `headers` and then `headers`. */
   toResponse(headers?: HeadersInit): Response {
-    const h = new Headers(headers)
+    const h = new Headers(this.headers)
+    new Headers(headers).forEach((value, name) => h.set(name, value))
     h.set('content-type', 'application/json; charset=utf-8')
     h.set('x-content-type-options', 'nosniff')
     h.set('cache-control', 'no-store')

@@ -1,6 +1,8 @@
+import { rm } from 'node:fs/promises'
 import type { Readable } from 'node:stream'
-import sharp, { type Metadata } from 'sharp'
+import sharp from 'sharp'
 import { parseSize } from '../config/units.js'
+import { spoolToFile } from '../media/resize.js'
 
 /** What a filter is shown of an uploaded file. Everything here is derived from the stored bytes. */
 export interface FileProbe {
@@ -57,30 +59,30 @@ export const sizeFilter: AttachFilter = {
   },
 }
 
-/** Reads an image's width and height (EXIF orientation applied), or undefined for non-images. */
+/**
+ * Reads an image's width and height (EXIF orientation applied), or undefined for non-images. The header
+ * is read from the probe's head; when it is not there (large metadata blocks before it, a TIFF directory
+ * at the end), the content is spooled to a temporary file (deleted before this returns) and the decoder
+ * reads the header from the file: it is never handed a stream, which it would buffer whole.
+ */
 export async function imageDimensions(file: FileProbe): Promise<{ width: number; height: number } | undefined> {
   if (!file.type.startsWith('image/') || file.type === 'image/svg+xml') return undefined
-  const read = async (input: Buffer | Readable) => {
-    const meta =
-      Buffer.isBuffer(input)
-        ? await sharp(input, { failOn: 'none' }).metadata()
-        : await new Promise<Metadata>((resolve, reject) => {
-            const s = sharp({ failOn: 'none' })
-            s.metadata().then(resolve, reject)
-            input.on('error', reject).pipe(s)
-          })
+  const read = async (input: Buffer | string) => {
+    const meta = await sharp(input, { failOn: 'none' }).metadata()
     if (!meta.width || !meta.height) return undefined
     const swap = meta.orientation !== undefined && meta.orientation >= 5
     return swap ? { width: meta.height, height: meta.width } : { width: meta.width, height: meta.height }
   }
+  const fromHead = await read(Buffer.from(file.head.buffer, file.head.byteOffset, file.head.byteLength)).catch(() => undefined)
+  if (fromHead || file.head.byteLength >= file.size) return fromHead
+  let path: string | undefined
   try {
-    return await read(Buffer.from(file.head.buffer, file.head.byteOffset, file.head.byteLength))
+    path = await spoolToFile(await file.open())
+    return await read(path)
   } catch {
-    try {
-      return await read(await file.open())
-    } catch {
-      return undefined
-    }
+    return undefined
+  } finally {
+    if (path) await rm(path, { force: true }).catch(() => undefined)
   }
 }
 

@@ -1,6 +1,13 @@
+import { randomUUID } from 'node:crypto'
+import { createWriteStream } from 'node:fs'
+import { rm } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import type { Readable } from 'node:stream'
+import { pipeline } from 'node:stream/promises'
+import pLimit, { type LimitFunction } from 'p-limit'
 import sharp, { type Metadata } from 'sharp'
-import { badRequest } from '../errors.js'
+import { AttachStorageError, badRequest } from '../errors.js'
 import type { Store } from '../stores/store.js'
 
 /** Largest `w` / `h` a client may ask for. */
@@ -77,12 +84,65 @@ export interface Variant {
   type: string
   /** The bytes, when this request just made the variant (stored already; served without a re-read). */
   bytes?: Buffer
+  /**
+   * Made on the fly and not stored: the attachment has `maxVariants` stored variants already. `key` is
+   * where it would have been stored; serve `bytes`.
+   */
+  transient?: boolean
 }
 
 /** Options of the resizer. */
 export interface ResizerOptions {
   /** Largest input image in pixels (width × height) the decoder accepts: the guard against image bombs. */
   maxInputPixels: number
+  /** Most stored variants per attachment; further sizes are made on the fly and not stored. @default 16 */
+  maxVariants?: number
+  /** Most resizes running at once. @default 2 */
+  concurrency?: number
+  /** Most resizes waiting for a slot; beyond it {@link Resizer.variant} throws `busy` (503). @default 16 */
+  queue?: number
+  /** Where the original of a remote store is spooled for the decoder. @default os.tmpdir() */
+  spoolDir?: string
+}
+
+/** What one call of {@link Resizer.variant} may do. */
+export interface VariantOptions {
+  /** Only look for a stored variant; never make one (HEAD). Undefined when none is stored yet. */
+  lookOnly?: boolean
+}
+
+/** Seconds a client is told to wait (`Retry-After`) when the resize queue is full. */
+export const BUSY_RETRY_AFTER = 2
+
+/** Bytes of a remote original read for its header before deciding whether it needs a resize. */
+export const METADATA_HEAD_BYTES = 512 * 1024
+
+/** The answer past the resize queue: 503 `busy` with `Retry-After`. */
+export const busy = (): AttachStorageError =>
+  new AttachStorageError('busy', 'Too many images are being resized right now; try again shortly', {
+    status: 503,
+    headers: { 'retry-after': String(BUSY_RETRY_AFTER) },
+  })
+
+/**
+ * Checks a resize request against a category's allowed sizes: 400 `size-not-allowed` when `sizes` is set
+ * and no entry has exactly this `w` and `h` (an entry's absent `w` or `h` matches only an absent one).
+ */
+export function checkAllowedSize(sizes: ReadonlyArray<{ w?: number; h?: number }> | undefined, r: ResizeRequest): void {
+  if (!sizes) return
+  if (sizes.some((s) => s.w === r.w && s.h === r.h)) return
+  const list = sizes.map((s) => [s.w !== undefined && `w=${s.w}`, s.h !== undefined && `h=${s.h}`].filter(Boolean).join('&'))
+  throw badRequest(
+    list.length ? `This category allows only these sizes: ${list.join(', ')}` : 'This category allows no resized views',
+    'size-not-allowed',
+  )
+}
+
+/** How many variants an attachment has stored (or is storing): counted once from its store, then here. */
+interface Slots {
+  count: number
+  /** Reservations not settled yet: the entry is not evicted while any is. */
+  pending: number
 }
 
 /**
@@ -90,6 +150,10 @@ export interface ResizerOptions {
  * fit inside the box without distortion and never upscale, write the variant atomically, and only then
  * serve it. Identical requests that arrive together share one generation. Images the decoder refuses
  * (corrupt, truncated, too many pixels) are remembered and served as their original.
+ *
+ * Bounds: at most `concurrency` generations run at once and `queue` wait (beyond: `busy`, 503); at most
+ * `maxVariants` are stored per attachment (counted per process; a further size is made, served and not
+ * stored); a remote original is spooled to a temporary file, so the decoder never buffers a stream.
  */
 export class Resizer {
   readonly #inflight = new Map<string, Promise<Variant | undefined>>()
@@ -97,17 +161,34 @@ export class Resizer {
   readonly #asOriginal = new Map<string, true>()
   /** Variants known to be in their store: a cached view costs no store round trip to find it. */
   readonly #known = new Map<string, Variant>()
+  /** Stored variants per attachment (`{store}\0{variantPrefix}`). */
+  readonly #slots = new Map<string, { ready: Promise<Slots | undefined>; slots?: Slots }>()
   readonly #options: ResizerOptions
-  /** How many variants this process has generated (for tests and benchmarks). */
+  readonly #maxVariants: number
+  readonly #admitted: number
+  readonly #limit: LimitFunction
+  /** How many variants this process has generated (for tests and benchmarks), stored or not. */
   generated = 0
+  /** How many of those were made on the fly and not stored (the attachment had `maxVariants`). */
+  transient = 0
 
   constructor(options: ResizerOptions) {
     this.#options = options
+    this.#maxVariants = options.maxVariants ?? 16
+    const concurrency = options.concurrency ?? 2
+    this.#admitted = concurrency + (options.queue ?? 16)
+    this.#limit = pLimit(concurrency)
+  }
+
+  /** Resizes running now, and waiting for a slot. */
+  get load(): { active: number; waiting: number } {
+    return { active: this.#limit.activeCount, waiting: this.#limit.pendingCount }
   }
 
   /**
    * The variant for a request, made on first use; undefined when the original should be served as it is
-   * (smaller than the box, not decodable).
+   * (smaller than the box, not decodable, or `lookOnly` and not stored yet). Throws `busy` (503) when
+   * `concurrency` resizes run and `queue` wait already.
    */
   async variant(
     store: Store,
@@ -116,6 +197,7 @@ export class Resizer {
     originalType: string,
     r: ResizeRequest,
     onError: (err: unknown) => void,
+    options: VariantOptions = {},
   ): Promise<Variant | undefined> {
     const cacheKey = `${store.name}\u0000${key}`
     if (this.#asOriginal.has(cacheKey)) return undefined
@@ -128,11 +210,14 @@ export class Resizer {
     } catch {
       // Not made yet.
     }
+    if (options.lookOnly) return undefined
     let p = this.#inflight.get(cacheKey)
     if (!p) {
-      p = this.#make(store, originalKey, key, type, r)
+      // Admission: identical requests share one generation above; a new one needs room in the queue.
+      if (this.#limit.activeCount + this.#limit.pendingCount >= this.#admitted) throw busy()
+      p = this.#limit(() => this.#make(store, originalKey, key, type, r))
         .then((v) => {
-          if (v) this.#remember_(cacheKey, { key: v.key, size: v.size, type: v.type })
+          if (v && !v.transient) this.#remember_(cacheKey, { key: v.key, size: v.size, type: v.type })
           return v
         })
         .catch((err) => {
@@ -158,6 +243,7 @@ export class Resizer {
     const start = `${storeName}\u0000${prefix}`
     for (const k of this.#known.keys()) if (k.startsWith(start)) this.#known.delete(k)
     for (const k of this.#asOriginal.keys()) if (k.startsWith(start)) this.#asOriginal.delete(k)
+    this.#slots.delete(start)
   }
 
   #remember(cacheKey: string): void {
@@ -165,53 +251,126 @@ export class Resizer {
     this.#asOriginal.set(cacheKey, true)
   }
 
-  async #make(store: Store, originalKey: string, key: string, type: string, r: ResizeRequest): Promise<Variant | undefined> {
-    // The header tells the size; an original inside the box is served as it is (never upscaled).
-    // A local original is read by path: the decoder then seeks instead of being fed a stream.
-    const path = store.localPath?.(originalKey)
-    const meta = path
-      ? await sharp(path, { limitInputPixels: this.#options.maxInputPixels, failOn: 'none' }).metadata()
-      : await readMetadata(await store.get(originalKey), this.#options.maxInputPixels)
-    const swap = (meta.orientation ?? 1) >= 5
-    const width = swap ? meta.height : meta.width
-    const height = swap ? meta.width : meta.height
-    if (!width || !height) throw new Error('the image has no dimensions')
-    if (width * height > this.#options.maxInputPixels) throw new Error(`the image has more than ${this.#options.maxInputPixels} pixels`)
-    const fits = (r.w === undefined || width <= r.w) && (r.h === undefined || height <= r.h)
-    if (fits && !r.format) {
-      this.#remember(`${store.name}\u0000${key}`)
+  /**
+   * The stored-variant count of an attachment, listed from its store on first use in this process.
+   * Undefined when the store cannot list it (the variant is then not stored: the safe side).
+   */
+  #slotsOf(store: Store, prefix: string): Promise<Slots | undefined> {
+    const k = `${store.name}\u0000${prefix}`
+    const entry = this.#slots.get(k)
+    if (entry) return entry.ready
+    if (this.#slots.size >= 10_000) {
+      // Forget the oldest attachment that has no reservation in flight; it is listed again on next use.
+      for (const [old, e] of this.#slots) {
+        if (e.slots && e.slots.pending === 0) {
+          this.#slots.delete(old)
+          break
+        }
+      }
+    }
+    const created: { ready: Promise<Slots | undefined>; slots?: Slots } = { ready: Promise.resolve(undefined) }
+    created.ready = (async () => {
+      let count = 0
+      for await (const e of store.list(prefix)) if (!e.key.slice(prefix.length).includes('/')) count++
+      return (created.slots = { count, pending: 0 })
+    })().catch(() => {
+      if (this.#slots.get(k) === created) this.#slots.delete(k)
       return undefined
+    })
+    this.#slots.set(k, created)
+    return created.ready
+  }
+
+  async #make(store: Store, originalKey: string, key: string, type: string, r: ResizeRequest): Promise<Variant | undefined> {
+    // The attachment's stored-variant count is read while the image is decoded.
+    const slotsReady = this.#slotsOf(store, key.slice(0, key.lastIndexOf('/') + 1))
+    const limits = { limitInputPixels: this.#options.maxInputPixels }
+    // A local original is read by path. A remote one is first asked for its head only; when it needs a
+    // resize it is spooled to a temporary file: the decoder seeks in a file instead of buffering a stream.
+    let path = store.localPath?.(originalKey)
+    let spool: string | undefined
+    try {
+      let meta: Metadata | undefined
+      if (path) meta = await sharp(path, { ...limits, failOn: 'none' }).metadata()
+      else meta = await readMetadataHead(store, originalKey, this.#options.maxInputPixels).catch(() => undefined)
+      if (!path && (!meta?.width || !meta.height)) {
+        // The header is past the head (a TIFF's directory at the end, large metadata blocks): spool first.
+        path = spool = await spoolToFile(await store.get(originalKey), this.#options.spoolDir)
+        meta = await sharp(path, { ...limits, failOn: 'none' }).metadata()
+      }
+      if (!meta) throw new Error('the image has no header')
+      const swap = (meta.orientation ?? 1) >= 5
+      const width = swap ? meta.height : meta.width
+      const height = swap ? meta.width : meta.height
+      if (!width || !height) throw new Error('the image has no dimensions')
+      if (width * height > this.#options.maxInputPixels) throw new Error(`the image has more than ${this.#options.maxInputPixels} pixels`)
+      const fits = (r.w === undefined || width <= r.w) && (r.h === undefined || height <= r.h)
+      if (fits && !r.format) {
+        this.#remember(`${store.name}\u0000${key}`)
+        return undefined
+      }
+      if (!path) path = spool = await spoolToFile(await store.get(originalKey), this.#options.spoolDir)
+      const pipeline = sharp(path, { ...limits, failOn: 'error', sequentialRead: true })
+        .rotate()
+        .resize({ width: r.w, height: r.h, fit: 'inside', withoutEnlargement: true })
+      if (r.format) pipeline.toFormat(r.format, r.format === 'avif' ? { effort: 2 } : {})
+      // A variant is at most 4096×4096: made in memory, written whole (atomically), then served from here.
+      const bytes = await pipeline.toBuffer()
+      if (bytes.length === 0) throw new Error('the resizer produced no bytes')
+      this.generated++
+      // Reserve a stored slot: the check and the increment run without an await between them, so
+      // concurrent first requests of one process never store more than `maxVariants`.
+      const slots = await slotsReady
+      if (!slots || slots.count >= this.#maxVariants) {
+        this.transient++
+        return { key, size: bytes.length, type, bytes, transient: true }
+      }
+      slots.count++
+      slots.pending++
+      try {
+        await store.put(key, bytes, { contentType: type })
+      } catch (err) {
+        slots.count--
+        throw err
+      } finally {
+        slots.pending--
+      }
+      return { key, size: bytes.length, type, bytes }
+    } finally {
+      if (spool) await rm(spool, { force: true }).catch(() => undefined)
     }
-    const options = { limitInputPixels: this.#options.maxInputPixels, failOn: 'error' as const, sequentialRead: true }
-    const pipeline = (path ? sharp(path, options) : sharp(options))
-      .rotate()
-      .resize({ width: r.w, height: r.h, fit: 'inside', withoutEnlargement: true })
-    if (r.format) pipeline.toFormat(r.format, r.format === 'avif' ? { effort: 2 } : {})
-    if (!path) {
-      const source = await store.get(originalKey)
-      source.on('error', (err) => pipeline.destroy(err))
-      pipeline.on('error', () => source.destroy())
-      source.pipe(pipeline)
-    }
-    // A variant is at most 4096×4096: made in memory, written whole (atomically), then served from here.
-    const bytes = await pipeline.toBuffer()
-    if (bytes.length === 0) throw new Error('the resizer produced no bytes')
-    await store.put(key, bytes, { contentType: type })
-    this.generated++
-    return { key, size: bytes.length, type, bytes }
   }
 }
 
-async function readMetadata(stream: Readable, maxInputPixels: number): Promise<Metadata> {
-  // The decoder needs only the header; the rest of the stream is dropped.
+/**
+ * Copies a stream into a new temporary file (mode 0600) and resolves with its path; the caller deletes
+ * it. On any failure the source is destroyed and the partial file removed.
+ */
+export async function spoolToFile(source: Readable, dir: string = tmpdir()): Promise<string> {
+  const path = join(dir, `.attach-spool-${randomUUID()}`)
+  try {
+    await pipeline(source, createWriteStream(path, { flags: 'wx', mode: 0o600 }))
+    return path
+  } catch (err) {
+    source.destroy()
+    await rm(path, { force: true }).catch(() => undefined)
+    throw err
+  }
+}
+
+/** The header of a remote original, read from its first {@link METADATA_HEAD_BYTES} only. */
+async function readMetadataHead(store: Store, key: string, maxInputPixels: number): Promise<Metadata> {
+  const stream = await store.get(key, { start: 0, end: METADATA_HEAD_BYTES - 1 })
   const chunks: Buffer[] = []
   let size = 0
-  for await (const c of stream) {
-    chunks.push(c as Buffer)
-    size += (c as Buffer).length
-    if (size >= 512 * 1024) break
+  try {
+    for await (const c of stream) {
+      chunks.push(c as Buffer)
+      size += (c as Buffer).length
+      if (size >= METADATA_HEAD_BYTES) break
+    }
+  } finally {
+    stream.destroy()
   }
-  stream.destroy()
-  const head = Buffer.concat(chunks)
-  return sharp(head, { limitInputPixels: maxInputPixels, failOn: 'none' }).metadata()
+  return sharp(Buffer.concat(chunks), { limitInputPixels: maxInputPixels, failOn: 'none' }).metadata()
 }
