@@ -7,7 +7,7 @@ import { mkdtemp, readdir, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { Readable } from 'node:stream'
-import { afterAll, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest'
+import { afterEach, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest'
 import { imageDimensions, type FileProbe } from '../filters/filters.js'
 import type { ByteRange, Store } from '../stores/store.js'
 import { METADATA_HEAD_BYTES, Resizer } from './resize.js'
@@ -118,7 +118,7 @@ describe('resize and filters: memory and leaks', () => {
     spoolDir = await mkdtemp(join(tmpdir(), 'attach-spool-test-'))
     inputs.length = 0
   })
-  afterAll(async () => {
+  afterEach(async () => {
     await rm(spoolDir, { recursive: true, force: true })
   })
 
@@ -205,7 +205,7 @@ describe('resize and filters: memory and leaks', () => {
       previousTmp = process.env.TMPDIR
       process.env.TMPDIR = spoolDir
     })
-    afterAll(() => {
+    afterEach(() => {
       if (previousTmp === undefined) delete process.env.TMPDIR
       else process.env.TMPDIR = previousTmp
     })
