@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto'
-import { Kysely, MysqlDialect, PostgresDialect, sql } from 'kysely'
+import { Kysely, Migrator, MysqlDialect, PostgresDialect, sql } from 'kysely'
 import { createPool as createMysqlPool } from 'mysql2'
 import mysql from 'mysql2/promise'
 import pg from 'pg'
@@ -8,7 +8,7 @@ import { DIALECTS, openTestDatabase, type TestDatabase } from '../../../../test/
 import { AttachStorageError, isAttachError } from '../errors.js'
 import { AttachRepository, type NewBlob, type NewRecord } from './attach-repository.js'
 import { BLOB_TABLE, dialectOf, FILE_TABLE, openDatabase } from './database.js'
-import { MIGRATION_TABLE, migrateAttachSchema } from './migrations.js'
+import { attachMigrations, MIGRATION_LOCK_TABLE, MIGRATION_TABLE, migrateAttachSchema } from './migrations.js'
 
 const SHA = 'ab'.repeat(32)
 const FIVE_GIB = 5 * 1024 ** 3
@@ -127,7 +127,7 @@ for (const dialect of DIALECTS) {
       await migrateAttachSchema(t.db)
       await migrateAttachSchema(t.db)
       const done = await t.db.selectFrom(MIGRATION_TABLE).select('name').execute()
-      expect(done.map((r) => r.name)).toEqual(['0001_attach_tables'])
+      expect(done.map((r) => r.name)).toEqual(['0001_attach_tables', '0002_blob_tmp_name'])
       const tables = (await t.db.introspection.getTables({ withInternalKyselyTables: true })).map((x) => x.name)
       expect(tables).toEqual(expect.arrayContaining([BLOB_TABLE, FILE_TABLE, 'attach_migration', 'attach_migration_lock']))
       expect(tables).not.toContain('kysely_migration')
@@ -161,7 +161,7 @@ for (const dialect of DIALECTS) {
         const after = (await other.db.introspection.getTables()).map((x) => x.name)
         expect(after).toEqual(expect.arrayContaining([BLOB_TABLE, FILE_TABLE]))
         const done = await other.db.selectFrom(MIGRATION_TABLE).select('name').execute()
-        expect(done.map((r) => r.name)).toEqual(['0001_attach_tables'])
+        expect(done.map((r) => r.name)).toEqual(['0001_attach_tables', '0002_blob_tmp_name'])
       } finally {
         await other.cleanup()
       }
@@ -224,6 +224,69 @@ for (const dialect of DIALECTS) {
       expect(await repo.findBlobById(blob.id)).toEqual(blob)
       expect(await repo.findBlob('other', input.savedDir, input.savedName)).toBeNull()
       expect(await repo.findBlobById(999_999_999)).toBeNull()
+    })
+
+    it('upgrades a 0001 database: existing blobs get no temporary name', async () => {
+      const other = await openTestDatabase(dialect)
+      try {
+        const first = new Migrator({
+          db: other.db,
+          provider: { getMigrations: async () => ({ '0001_attach_tables': attachMigrations['0001_attach_tables']! }) },
+          migrationTableName: MIGRATION_TABLE,
+          migrationLockTableName: MIGRATION_LOCK_TABLE,
+        })
+        expect((await first.migrateToLatest()).error).toBeUndefined()
+        const now = new Date().toISOString()
+        await other.db
+          .insertInto(BLOB_TABLE)
+          .values({ store: 'local', saved_dir: '/d/2025/01/1/', saved_name: 'old.bin', file_size: 1, file_type: 'x/y', sha256: SHA, ref_count: 0, created_dt: now, updated_dt: now })
+          .execute()
+        await migrateAttachSchema(other.db)
+        const row = await other.db.selectFrom(BLOB_TABLE).select(['saved_name', 'tmp_name']).executeTakeFirstOrThrow()
+        expect(row).toEqual({ saved_name: 'old.bin', tmp_name: null })
+        const upgraded = new AttachRepository(other.db)
+        const b = await upgraded.reserveBlob(blobInput({ tmpName: 'new.bin' }))
+        expect((await upgraded.findBlobsByTmpName('new.bin')).map((x) => x.id)).toEqual([b.id])
+      } finally {
+        await other.cleanup()
+      }
+    })
+
+    it('finds the blobs of a temporary file by its name, whatever their place', async () => {
+      const tmpName = `${randomUUID()}.txt`
+      expect(await repo.findBlobsByTmpName(tmpName)).toEqual([])
+      const a = await repo.reserveBlob(blobInput({ savedName: tmpName, savedDir: `/notice/2025/01/${unique('k')}/`, tmpName }))
+      const b = await repo.reserveBlob(blobInput({ savedName: tmpName, savedDir: `/notice/2025/02/${unique('k')}/`, tmpName }))
+      await repo.reserveBlob(blobInput()) // no temporary name
+      expect((await repo.findBlobsByTmpName(tmpName)).map((x) => [x.id, x.savedDir])).toEqual([
+        [a.id, a.savedDir],
+        [b.id, b.savedDir],
+      ])
+    })
+
+    it('binds the first record of a pending blob once: requirePending loses to an earlier record', async () => {
+      const blob = await repo.reserveBlob(blobInput({ tmpName: `${randomUUID()}.pdf` }))
+      expect(await repo.touchPendingBlob(blob.id)).toBe(true)
+      const first = await repo.createRecord(blob.id, recInput({ refKey: unique('key') }), { requireLive: false, requirePending: true })
+      expect(first).not.toBeNull()
+      expect(await repo.createRecord(blob.id, recInput({ refKey: unique('key') }), { requireLive: false, requirePending: true })).toBeNull()
+      expect(await repo.touchPendingBlob(blob.id)).toBe(false)
+      expect(await repo.retireBlob(blob.id)).toBe(false)
+      expect((await repo.findBlobById(blob.id))?.refCount).toBe(1)
+    })
+
+    it('retires a pending blob: no record binds to it any more, and the sweep lists it', async () => {
+      const blob = await repo.reserveBlob(blobInput())
+      expect(await repo.retireBlob(blob.id)).toBe(true)
+      expect(await repo.retireBlob(blob.id)).toBe(false)
+      for (const opts of [{ requireLive: false }, { requireLive: false, requirePending: true }, { requireLive: true }]) {
+        expect(await repo.createRecord(blob.id, recInput(), opts)).toBeNull()
+      }
+      expect(await repo.touchPendingBlob(blob.id)).toBe(false)
+      const dead = await repo.listDeadBlobs(new Date(Date.now() + 60_000).toISOString(), 10_000)
+      expect(dead.map((b) => b.id)).toContain(blob.id)
+      expect(await repo.purgeBlob(blob.id)).toBe(true)
+      expect(await repo.findBlobById(blob.id)).toBeNull()
     })
 
     it('refuses a second blob at the same place', async () => {
@@ -695,7 +758,8 @@ describe('openDatabase', () => {
     try {
       const pragma = async (name: string) => Object.values((await sql.raw(`pragma ${name}`).execute(db)).rows[0] as object)[0]
       expect(await pragma('journal_mode')).toBe('wal')
-      expect(await pragma('synchronous')).toBe(1)
+      // FULL (2): a commit is on the disk before it resolves (an acknowledged save survives a power loss).
+      expect(await pragma('synchronous')).toBe(2)
       expect(await pragma('busy_timeout')).toBe(5000)
       expect(await pragma('foreign_keys')).toBe(1)
       expect(dialectOf(db)).toBe('sqlite')

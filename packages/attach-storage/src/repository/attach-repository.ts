@@ -26,6 +26,11 @@ export interface NewBlob {
   fileType: string
   sha256: string
   createdDt: string
+  /**
+   * The name of the temporary file being moved here (a confirmed save), remembered so that a retry after
+   * a crash finds this blob; omitted for other blobs.
+   */
+  tmpName?: string | null
 }
 
 /** The record-specific part of a new attachment record; the file part is copied from its blob. */
@@ -76,6 +81,8 @@ const DEADLOCK_ATTEMPTS = 4
  * Reference counting: a blob's `ref_count` is the number of live records pointing at it. A blob at 0 is
  * either pending (reserved, file being written, not attached yet) or an orphan whose file must be
  * deleted; {@link listDeadBlobs} finds both once they are old enough, {@link purgeBlob} removes the rows.
+ * A blob at -1 is retired: a pending blob given up by a later attempt, whose file (if any) is on its way
+ * back to the temporary area; nothing can bind a record to it any more, and the sweep removes it.
  */
 export class AttachRepository {
   readonly #db: Db
@@ -125,6 +132,7 @@ export class AttachRepository {
       ref_count: 0,
       created_dt: blob.createdDt,
       updated_dt: new Date().toISOString(),
+      tmp_name: blob.tmpName ?? null,
     }
     return this.#transaction(async (trx) => {
       if (this.#dialect === 'mysql') {
@@ -138,9 +146,15 @@ export class AttachRepository {
   /**
    * Binds a new record to blob `blobId` and counts the reference, in one transaction. With
    * `requireLive`, only a blob still referenced by a live record is accepted (the reuse case: a blob at
-   * 0 is being deleted); without it, a pending blob is accepted too. Answers null when the blob is gone.
+   * 0 is being deleted); without it, a pending blob is accepted too, and with `requirePending` only a
+   * pending one (the first record of a moved temporary file: of two attempts racing, one wins). A retired
+   * blob (-1) is never accepted. Answers null when the blob is gone or not accepted.
    */
-  async createRecord(blobId: number, rec: NewRecord, opts: { requireLive: boolean }): Promise<AttachmentRecord | null> {
+  async createRecord(
+    blobId: number,
+    rec: NewRecord,
+    opts: { requireLive: boolean; requirePending?: boolean },
+  ): Promise<AttachmentRecord | null> {
     assertId(blobId, 'blobId')
     assertSort(rec.sort)
     const createdBy = rec.createdBy === null || rec.createdBy === undefined ? null : String(rec.createdBy)
@@ -150,6 +164,8 @@ export class AttachRepository {
         .set({ ref_count: sql<number>`ref_count + 1`, updated_dt: new Date().toISOString() })
         .where('id', '=', blobId)
       if (opts.requireLive) claim = claim.where('ref_count', '>', 0)
+      else if (opts.requirePending) claim = claim.where('ref_count', '=', 0)
+      else claim = claim.where('ref_count', '>=', 0)
       const claimed = await claim.executeTakeFirst()
       if (Number(claimed.numUpdatedRows) === 0) return null
 
@@ -197,6 +213,46 @@ export class AttachRepository {
       .where('saved_name', '=', savedName)
       .executeTakeFirst()
     return row ? mapBlob(row) : null
+  }
+
+  /**
+   * The blobs made from the temporary file `tmpName` (see {@link NewBlob.tmpName}), whatever their place
+   * and reference count, oldest first. A generated name is unique, so there is one, or a few left by
+   * interrupted attempts of a confirmed save.
+   */
+  async findBlobsByTmpName(tmpName: string): Promise<BlobRecord[]> {
+    const rows = await this.#db.selectFrom(BLOB_TABLE).selectAll().where('tmp_name', '=', tmpName).orderBy('id').execute()
+    return rows.map(mapBlob)
+  }
+
+  /**
+   * Marks a pending blob as in use again (its `updated_dt` becomes now), so that the sweep leaves it to
+   * the save resuming it, and records `tmpName` when given. False when it is no longer pending.
+   */
+  async touchPendingBlob(id: number, tmpName?: string): Promise<boolean> {
+    if (!isId(id)) return false
+    const result = await this.#db
+      .updateTable(BLOB_TABLE)
+      .set(tmpName === undefined ? { updated_dt: new Date().toISOString() } : { updated_dt: new Date().toISOString(), tmp_name: tmpName })
+      .where('id', '=', id)
+      .where('ref_count', '=', 0)
+      .executeTakeFirst()
+    return Number(result.numUpdatedRows) > 0
+  }
+
+  /**
+   * Retires a pending blob (`ref_count` 0 to -1): no record can be bound to it any more, so its file may
+   * be taken away. False when it is not pending (a record claimed it first, or it is gone).
+   */
+  async retireBlob(id: number): Promise<boolean> {
+    if (!isId(id)) return false
+    const result = await this.#db
+      .updateTable(BLOB_TABLE)
+      .set({ ref_count: -1, updated_dt: new Date().toISOString() })
+      .where('id', '=', id)
+      .where('ref_count', '=', 0)
+      .executeTakeFirst()
+    return Number(result.numUpdatedRows) > 0
   }
 
   async findBlobById(id: number): Promise<BlobRecord | null> {

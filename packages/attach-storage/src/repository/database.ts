@@ -39,6 +39,11 @@ export interface AttachBlobTable {
   /** ISO-8601 UTC with milliseconds and `Z` (24 characters). */
   created_dt: string
   updated_dt: string
+  /**
+   * The temporary file a confirmed save moves here (its name in the temporary area), so that a retry
+   * after a crash finds this blob wherever it was placed; null for blobs not made from a temporary file.
+   */
+  tmp_name: ColumnType<string | null, string | null | undefined, string | null>
 }
 
 /** Kysely typing of `attach_file`, the attachment record. */
@@ -99,7 +104,8 @@ function parsePgInt8(value: string): number | string {
 /**
  * Opens a Kysely instance for the configured database. The caller owns it (`db.destroy()`).
  *
- * - sqlite: better-sqlite3 on `file` (its directory is created), WAL, `synchronous = NORMAL`,
+ * - sqlite: better-sqlite3 on `file` (its directory is created), WAL, `synchronous = FULL` (a commit
+ *   is on the disk before it resolves, so an acknowledged save survives a power loss, not only a crash),
  *   `busy_timeout = 5000`, foreign keys on.
  * - postgres: a `pg` Pool; `bigint` columns come back as numbers when they fit.
  * - mysql: a `mysql2` pool (the optional `mysql2` package), utf8mb4; `bigint` columns come back as
@@ -130,7 +136,7 @@ function openSqlite(file: string): Kysely<any> {
     throw new AttachStorageError('config-invalid', `Cannot open the SQLite database ${file}`, { cause })
   }
   database.pragma('journal_mode = WAL')
-  database.pragma('synchronous = NORMAL')
+  database.pragma('synchronous = FULL')
   database.pragma('busy_timeout = 5000')
   database.pragma('foreign_keys = ON')
   return new Kysely<any>({ dialect: new SqliteDialect({ database }) })

@@ -156,11 +156,41 @@ const attachTables: Migration = {
 }
 
 /**
+ * `attach_blob.tmp_name`: the temporary file a pending blob waits for, so that the retry of a confirmed
+ * save interrupted between the move and the record finds the blob (and its file) whatever the month.
+ * Written so that a run interrupted half-way (SQLite and MySQL have no transactional DDL) can run again.
+ */
+const blobTmpName: Migration = {
+  async up(db: Kysely<any>): Promise<void> {
+    const dialect = dialectOf(db)
+    const blob = (await db.introspection.getTables()).find((t) => t.name === BLOB_TABLE)
+    if (!blob?.columns.some((c) => c.name === 'tmp_name')) {
+      await db.schema.alterTable(BLOB_TABLE).addColumn('tmp_name', 'varchar(255)').execute()
+    }
+    const index = db.schema.createIndex('attach_blob_tmp_idx').on(BLOB_TABLE).column('tmp_name')
+    if (dialect !== 'mysql') await index.ifNotExists().execute()
+    else {
+      // MySQL has no CREATE INDEX IF NOT EXISTS: an existing index (error 1061) is fine.
+      await index.execute().catch((err: { errno?: number }) => {
+        if (err?.errno !== 1061) throw err
+      })
+    }
+  },
+
+  async down(db: Kysely<any>): Promise<void> {
+    const drop = db.schema.dropIndex('attach_blob_tmp_idx')
+    await (dialectOf(db) === 'mysql' ? drop.on(BLOB_TABLE) : drop.ifExists()).execute()
+    await db.schema.alterTable(BLOB_TABLE).dropColumn('tmp_name').execute()
+  },
+}
+
+/**
  * The attach-storage migrations, in order. Names never change once released. Run them with
  * {@link migrateAttachSchema}, never inside a host's migration table.
  */
 export const attachMigrations: Readonly<Record<string, Migration>> = {
   '0001_attach_tables': attachTables,
+  '0002_blob_tmp_name': blobTmpName,
 }
 
 const provider: MigrationProvider = {

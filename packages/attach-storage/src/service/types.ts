@@ -64,6 +64,11 @@ export interface SaveFailure {
   index: number
   displayName: string
   reason: string
+  /**
+   * Why, as a stable word: `forbidden` (another user's temporary file), a filter's code (`type`,
+   * `size`, ...), `not-found`, `saved-already`, `conflict`, ...; the code of the error that failed the entry.
+   */
+  code?: string
 }
 
 /** Minimal logger; defaults to `console`. */

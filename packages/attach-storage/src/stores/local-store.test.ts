@@ -1,4 +1,4 @@
-import { mkdir, mkdtemp, readdir, readFile, rm, stat, symlink, writeFile } from 'node:fs/promises'
+import { mkdir, mkdtemp, readdir, readFile, rm, stat, symlink, utimes, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join, relative, sep } from 'node:path'
 import { Readable } from 'node:stream'
@@ -6,8 +6,9 @@ import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest'
 import { describeStoreConformance } from '../testing.js'
 import { LocalStore } from './local-store.js'
 
-// rename() fails with EXDEV for one chosen source path, to exercise move's copy + unlink fallback.
-const fsControl = vi.hoisted(() => ({ exdevFrom: undefined as string | undefined }))
+// rename() fails with EXDEV for one chosen source path, to exercise move's copy + unlink fallback;
+// every fsync of a directory (a handle opened 'r') is recorded in `synced`.
+const fsControl = vi.hoisted(() => ({ exdevFrom: undefined as string | undefined, synced: [] as string[] }))
 vi.mock('node:fs/promises', async (importOriginal) => {
   const actual = await importOriginal<typeof import('node:fs/promises')>()
   const rename: typeof actual.rename = async (from, to) => {
@@ -17,7 +18,18 @@ vi.mock('node:fs/promises', async (importOriginal) => {
     }
     return actual.rename(from, to)
   }
-  return { ...actual, rename, default: { ...actual, rename } }
+  const open = (async (path: Parameters<typeof actual.open>[0], flags?: string | number, mode?: number) => {
+    const handle = await actual.open(path, flags, mode)
+    if (flags === 'r') {
+      const sync = handle.sync.bind(handle)
+      handle.sync = async () => {
+        await sync()
+        if ((await handle.stat()).isDirectory()) fsControl.synced.push(String(path))
+      }
+    }
+    return handle
+  }) as typeof actual.open
+  return { ...actual, rename, open, default: { ...actual, rename, open } }
 })
 
 /** Every path under `dir`, relative, `/`-separated, directories with a trailing `/`. */
@@ -175,6 +187,42 @@ describe('LocalStore (local file system specifics)', () => {
     expect(fsControl.exdevFrom).toBeUndefined()
     expect(await tree(base)).toEqual(['dst/', 'dst/x.bin'])
     expect(await readFile(join(base, 'dst', 'x.bin'), 'utf8')).toBe('cross-device')
+  })
+
+  it('move fsyncs the target and the source directory, and the parents of the directories it creates', async () => {
+    const { store, base } = await fresh()
+    await store.put('from/deep/x', Buffer.from('x'))
+    await store.put('from/deep/keep', Buffer.from('k'))
+    fsControl.synced = []
+    await store.move('from/deep/x', 'to/new/x')
+    expect(fsControl.synced).toEqual(
+      expect.arrayContaining([join(base, 'to', 'new'), join(base, 'from', 'deep'), join(base, 'to'), base]),
+    )
+  })
+
+  it('put fsyncs its directory and the parents of the directories it creates', async () => {
+    const { store, base } = await fresh()
+    await store.put('a/keep', Buffer.from('k'))
+    fsControl.synced = []
+    await store.put('a/b/c/x', Buffer.from('x'))
+    expect(fsControl.synced).toEqual(expect.arrayContaining([join(base, 'a', 'b', 'c'), join(base, 'a', 'b'), join(base, 'a')]))
+  })
+
+  it('sweepPartials removes partial files older than the cutoff, and nothing else', async () => {
+    const { store, base } = await fresh()
+    await store.put('d/1/file.bin', Buffer.from('kept'))
+    await mkdir(join(base, 'd', '2'), { recursive: true })
+    const old = join(base, 'd', '2', '.x.bin.0123456789abcdef.partial')
+    const young = join(base, 'd', '1', '.y.bin.fedcba9876543210.partial')
+    const dotFile = join(base, 'd', '1', '.not-a-partial')
+    for (const f of [old, young, dotFile]) await writeFile(f, 'half')
+    const past = new Date(Date.now() - 3600_000)
+    await utimes(old, past, past)
+    await utimes(dotFile, past, past)
+    expect(await store.sweepPartials(new Date(Date.now() - 60_000))).toBe(1)
+    // The directory the old partial file left empty goes too.
+    expect(await tree(base)).toEqual(['d/', 'd/1/', 'd/1/.not-a-partial', 'd/1/.y.bin.fedcba9876543210.partial', 'd/1/file.bin'])
+    expect(await new LocalStore('none', { baseDir: join(base, 'missing') }).sweepPartials(new Date())).toBe(0)
   })
 
   it('a directory at a key is no object', async () => {

@@ -59,6 +59,9 @@ const isMissing = (err: unknown): boolean => {
  *   them. The store itself never creates links.
  * - `put` and `copy` write `.<name>.<random>.partial` in the target directory, fsync it, and rename it
  *   into place (then fsync the directory, best effort), so readers see the old file or the whole new one.
+ * - Durability: every rename is followed by an fsync of the directories it changed (`move`: the target's
+ *   and the source's), and every directory created on the way is fsynced into its parent, so what a
+ *   call resolved survives a power loss. {@link sweepPartials} removes the partial files a crash left.
  * - `delete` (and `move`) remove directories left empty, up to but not including `baseDir`.
  *
  * @example
@@ -162,6 +165,8 @@ export class LocalStore implements Store {
     await this.#prepareDir(dir)
     try {
       await this.#inDir(dir, () => rename(source, target), source, from)
+      // The rename changed two directories: both entries must reach the disk before the move counts.
+      await syncDir(dir)
     } catch (err) {
       if (errnoOf(err) !== 'EXDEV') throw err
       await this.#copyInto(source, target, from)
@@ -169,6 +174,7 @@ export class LocalStore implements Store {
         if (!isMissing(e)) throw e
       })
     }
+    if (dirname(source) !== dir) await syncDir(dirname(source))
     await this.#prune(dirname(source))
   }
 
@@ -224,6 +230,47 @@ export class LocalStore implements Store {
     return this.#pathOf(key)
   }
 
+  /**
+   * Removes the partial files (`.<name>.<random>.partial`) of writes that never finished (a crash in the
+   * middle of a `put` or `copy`) last modified before `olderThan`. Answers how many went.
+   */
+  async sweepPartials(olderThan: Date): Promise<number> {
+    let removed = 0
+    const visit = async (dir: string): Promise<void> => {
+      let entries: Dirent[]
+      try {
+        entries = await readdir(dir, { withFileTypes: true })
+      } catch (err) {
+        if (isMissing(err)) return
+        throw err
+      }
+      let gone = false
+      for (const entry of entries) {
+        const path = join(dir, entry.name)
+        // Links are never followed (a Dirent of a link is neither a file nor a directory).
+        if (entry.isDirectory()) await visit(path)
+        else if (entry.isFile() && PARTIAL_NAME.test(entry.name)) {
+          const stats = await lstat(path).catch(() => undefined)
+          if (!stats?.isFile() || stats.mtime >= olderThan) continue
+          try {
+            await unlink(path)
+            removed++
+            gone = true
+          } catch (err) {
+            if (!isMissing(err)) throw err
+          }
+        }
+      }
+      if (gone && dir !== this.baseDir) await this.#prune(dir)
+    }
+    const real = await this.#getRealBase().catch((err: unknown) => {
+      if (isMissing(err)) return undefined
+      throw err
+    })
+    if (real !== undefined) await visit(this.baseDir)
+    return removed
+  }
+
   // ---------------------------------------------------------------------------------------------
 
   /** The key normalized and joined under baseDir, checked to stay inside it (no I/O). */
@@ -265,11 +312,11 @@ export class LocalStore implements Store {
         if (errnoOf(err) !== 'ENOENT' || attempt >= DIR_RETRIES) throw err
       }
       // Check the nearest existing ancestor before creating anything below it.
-      await mkdir(this.baseDir, { recursive: true })
+      await mkdirDurable(this.baseDir)
       const realBase = await this.#getRealBase()
       this.#assertInside(await this.#nearestExistingReal(dir), realBase, dir.slice(this.#baseWithSep.length))
       try {
-        await mkdir(dir, { recursive: true })
+        await mkdirDurable(dir)
       } catch (err) {
         if (errnoOf(err) !== 'ENOENT') throw err
       }
@@ -398,6 +445,9 @@ const outside = (key: string): AttachStorageError =>
     status: 400,
   })
 
+/** The name of a partial file ({@link tempPathFor}). */
+const PARTIAL_NAME = /^\..+\.[0-9a-f]{16}\.partial$/
+
 /** `.<name>.<random>.partial` next to `file`; the name is cut so the result fits in 255 bytes. */
 function tempPathFor(file: string): string {
   return join(dirname(file), `.${basename(file).slice(0, 200)}.${randomBytes(8).toString('hex')}.partial`)
@@ -465,8 +515,23 @@ function fileSink(handle: FileHandle): Writable & { bytesWritten: number } {
   return sink
 }
 
+/**
+ * `mkdir -p` whose result survives a power loss: the parent of every directory it created is fsynced
+ * (best effort, like {@link syncDir}), so that a file renamed into `dir` later is reachable after a crash.
+ */
+export async function mkdirDurable(dir: string): Promise<void> {
+  const first = await mkdir(dir, { recursive: true })
+  if (first === undefined) return
+  // Created: `first` and everything below it down to `dir`; each one's entry lives in its parent.
+  const stop = dirname(first)
+  for (let d = dir; ; d = dirname(d)) {
+    await syncDir(dirname(d))
+    if (dirname(d) === stop || dirname(d) === d) break
+  }
+}
+
 /** Makes a rename in `dir` durable. Best effort: some platforms (Windows) cannot open a directory. */
-async function syncDir(dir: string): Promise<void> {
+export async function syncDir(dir: string): Promise<void> {
   try {
     const handle = await open(dir, 'r')
     try {

@@ -70,6 +70,12 @@ export interface Store {
    * file system is a rename. Absent on remote stores.
    */
   localPath?(key: string): string
+  /**
+   * Optional: removes what interrupted writes left behind (a local store's `.partial` files of a crash
+   * in the middle of a `put`) last modified before `olderThan`; answers how many went. Stores whose
+   * writes leave nothing behind (object stores) do not have it. The sweep calls it with `tmp-ttl`.
+   */
+  sweepPartials?(olderThan: Date): Promise<number>
 }
 
 /** Creates a store from its declared settings; what a store package exports as `createStore`. */
