@@ -165,6 +165,15 @@ export async function createReference(env: ServerEnv = process.env, logger: Logg
       db,
       authenticate,
       logger,
+      // Crash tests only: with ATTACH_TEST_PAUSE set, a confirmed save whose request names a step in
+      // `x-attach-test-pause` prints `attach-test-paused <step>` there and never goes on (the test kills it).
+      testPause: env.ATTACH_TEST_PAUSE
+        ? async (step, request) => {
+            if (request?.headers.get('x-attach-test-pause') !== step) return
+            console.log(`attach-test-paused ${step}`)
+            await new Promise(() => {})
+          }
+        : undefined,
       registrar(registry) {
         registry.registerCategory('demo', 'private', { secureAccess: privateAccess })
       },

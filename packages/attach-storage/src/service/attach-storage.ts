@@ -1,4 +1,4 @@
-import { mkdir, rename } from 'node:fs/promises'
+import { rename } from 'node:fs/promises'
 import { dirname, join } from 'node:path'
 import type { Readable } from 'node:stream'
 import { sql, type Kysely } from 'kysely'
@@ -15,6 +15,7 @@ import { AttachRepository, mapRecord } from '../repository/attach-repository.js'
 import { parseListRequest, runList, type ListProvider, type ListResult } from '../list/list-query.js'
 import { openDatabase } from '../repository/database.js'
 import { migrateAttachSchema } from '../repository/migrations.js'
+import { mkdirDurable, syncDir } from '../stores/local-store.js'
 import type { Store, StoreFactory } from '../stores/store.js'
 import { createJwtAuthenticator, type JwtOptions } from './auth.js'
 import { ingest } from './ingest.js'
@@ -85,6 +86,11 @@ export interface AttachStorageOptions {
   importModule?: (specifier: string) => Promise<unknown>
   /** @internal The clock; tests replace it. */
   now?: () => Date
+  /**
+   * @internal Called at each step of a confirmed save of a temporary file (`reserved`, `moved`,
+   * `recorded`, `done`) with the saving request; crash tests make it wait there and kill the process.
+   */
+  testPause?: (step: 'reserved' | 'moved' | 'recorded' | 'done', request: Request | null) => void | Promise<void>
   /** Event hooks, the same as calling `storage.on()` for each. */
   on?: { [E in keyof AttachEvents]?: AttachEventHook<E> }
 }
@@ -527,14 +533,20 @@ export class AttachStorage {
     }
   }
 
-  /** Moves a file between stores: a rename on one local file system, else stream copy + delete. */
+  /**
+   * Moves a file between stores: a rename on one local file system, else stream copy + delete. Durable
+   * once it resolves: a rename is followed by an fsync of both directories (a put fsyncs itself).
+   */
   async #transfer(from: Store, fromKey: string, to: Store, toKey: string, contentType?: string): Promise<void> {
     if (from === to) return to.move(fromKey, toKey)
     if (from.localPath && to.localPath && from.type === 'local' && to.type === 'local') {
+      const src = from.localPath(fromKey)
       const dst = to.localPath(toKey)
       try {
-        await mkdir(dirname(dst), { recursive: true })
-        await rename(from.localPath(fromKey), dst)
+        await mkdirDurable(dirname(dst))
+        await rename(src, dst)
+        await syncDir(dirname(dst))
+        await syncDir(dirname(src))
         return
       } catch (err) {
         const code = (err as NodeJS.ErrnoException).code
@@ -695,6 +707,19 @@ export class AttachStorage {
       if (!holder) throw notFound(`No saved file ${e.savedDir as string}${savedName}`)
       if (!(await this.#mayRead(ctx.request, holder, ctx.user))) throw forbidden(`The file ${savedName} may not be reused here`)
       if (sourceDomain.store !== domain.store) throw badRequest('savedDir reuse across stores is not possible')
+      // The target category's filters run on the stored bytes, as for a temporary file of another category.
+      const reuseStore = this.store(blob.store)
+      const reuseKey = storeKey(blob.savedDir, blob.savedName)
+      const refused = await this.#runFilters(category, [], {
+        displayName: holder.displayName,
+        extension: extensionOf(holder.displayName),
+        size: blob.fileSize,
+        type: blob.fileType,
+        sha256: blob.sha256,
+        head: await this.#readHead(reuseStore, reuseKey),
+        open: () => reuseStore.get(reuseKey),
+      })
+      if (refused) throw badRequest(`${refused.code}: ${refused.message}`, refused.code)
       const rec = await this.#repo!.createRecord(
         blob.id,
         {
@@ -714,68 +739,147 @@ export class AttachStorage {
       return rec
     }
 
+    // From the temporary area. Each step leaves a state from which the retry of the same request
+    // completes the save: the pending blob remembers the temporary name before the file moves, the record
+    // is one transaction, and the sidecar goes last (docs/architecture.md, "The confirmed save").
     const tmp = this.#s.tmpStore
-    const meta = await this.#readTmpMeta(savedName)
-    if (!meta) throw notFound(`${savedName} is not in the temporary area (expired, or saved already)`)
+    const store = this.store(domain.store)
+    const tmpFile = tmpKey(savedName)
+    const sameUploader = (a: unknown, b: unknown) => ((a ?? null) === null ? (b ?? null) === null : sameUser(a, b))
+    /** The record an earlier attempt made for this entry: same reference and category, same uploader. */
+    const recordedBefore = async (uploader: unknown): Promise<AttachmentRecord | undefined> => {
+      const live = new Set((await this.#repo!.findBlobsByTmpName(savedName)).filter((b) => b.refCount > 0).map((b) => b.id))
+      if (!live.size) return undefined
+      const records = await this.#repo!.listByReference(ctx.refDomain, ctx.refKey, ctx.refCategory)
+      return records.find((r) => live.has(r.blobId) && sameUploader(r.createdBy, uploader))
+    }
+    const busy = () =>
+      new AttachStorageError('conflict', `${savedName} is being saved by another request; retry this entry`, { status: 409 })
+    const pause = async (step: 'reserved' | 'moved' | 'recorded' | 'done') => {
+      await this.#options.testPause?.(step, ctx.request)
+    }
+
+    const meta = await this.#readTmpMeta(savedName, { withFile: false })
+    if (!meta) {
+      // No sidecar: expired, never uploaded, or saved. A save whose answer was lost (a crash after the
+      // sidecar went) answers the record it made.
+      const saved = await recordedBefore(createdBy)
+      if (saved) return saved
+      throw notFound(`${savedName} is not in the temporary area (expired, or saved already)`)
+    }
     if (meta.refDomain !== ctx.refDomain) throw badRequest(`${savedName} was uploaded for another domain`)
+    // A temporary file belongs to its uploader: nobody else commits it, and its record keeps them as createdBy.
+    if (!sameUploader(meta.createdBy, createdBy)) throw forbidden(`${savedName} was uploaded by another user`)
+    const uploader = meta.createdBy
+
+    const earlier = await this.#repo!.findBlobsByTmpName(savedName)
+    if (earlier.some((b) => b.refCount > 0)) {
+      // Recorded before the sidecar could go: that record is the answer, never a second one.
+      const saved = await recordedBefore(uploader)
+      if (!saved) throw badRequest(`${savedName} is saved already`, 'saved-already')
+      await tmp.delete(tmpMetaKey(savedName)).catch(() => undefined)
+      return saved
+    }
+    // Pending blobs of interrupted attempts: one of this reference is resumed (whatever its month);
+    // others are given up, their file going back to the temporary area first.
+    let tmpThere = await tmp.exists(tmpFile)
+    let blob: BlobRecord | undefined
+    let placed = false
+    for (const p of earlier) {
+      const pStore = this.#s.stores.get(p.store)
+      const pKey = storeKey(p.savedDir, p.savedName)
+      const there = pStore ? await pStore.exists(pKey) : false
+      const place = parseRegularSavedDir(p.savedDir)
+      if (!blob && p.refCount === 0 && p.store === domain.store && place?.refDomain === ctx.refDomain && place.refKey === ctx.refKey) {
+        blob = p
+        placed = there && !tmpThere
+        continue
+      }
+      if (p.refCount === 0 && !(await this.#repo!.retireBlob(p.id))) throw busy()
+      if (there && pStore) {
+        if (tmpThere) await pStore.delete(pKey)
+        else {
+          await this.#transfer(pStore, pKey, tmp, tmpFile, meta.type)
+          tmpThere = true
+        }
+      }
+      await this.#repo!.purgeBlob(p.id)
+    }
+    if (!placed && !tmpThere) throw notFound(`${savedName} is not in the temporary area (expired, or saved already)`)
+    const savedDir = blob?.savedDir ?? regularSavedDir(ctx.refDomain, ctx.refKey, ctx.date, this.config.timeZone)
+    const key = storeKey(savedDir, savedName)
     if (meta.refCategory !== ctx.refCategory) {
       // The target category's own filters must pass too; a lax category is no way around a strict one.
+      const [from, fromKey] = placed ? [store, key] : [tmp, tmpFile]
       const error = await this.#runFilters(category, [], {
         displayName: meta.displayName,
         extension: extensionOf(meta.displayName),
         size: meta.size,
         type: meta.type,
         sha256: meta.sha256,
-        head: await this.#readHead(tmp, tmpKey(savedName)),
-        open: () => tmp.get(tmpKey(savedName)),
+        head: await this.#readHead(from, fromKey),
+        open: () => from.get(fromKey),
       })
-      if (error) throw badRequest(`${error.code}: ${error.message}`)
+      if (error) throw badRequest(`${error.code}: ${error.message}`, error.code)
     }
-    const store = this.store(domain.store)
-    const savedDir = regularSavedDir(ctx.refDomain, ctx.refKey, ctx.date, this.config.timeZone)
-    const key = storeKey(savedDir, savedName)
-    const existing = await this.#repo!.findBlob(domain.store, savedDir, savedName)
-    if (existing && existing.refCount > 0) throw badRequest(`${savedName} is saved already`)
-    const blob =
-      existing ??
-      (await this.#repo!.reserveBlob({
-        store: domain.store,
-        savedDir,
-        savedName,
-        fileSize: meta.size,
-        fileType: meta.type,
-        sha256: meta.sha256,
-        createdDt,
-      }))
-    await this.#transfer(tmp, tmpKey(savedName), store, key, meta.type)
-    let rec: AttachmentRecord | null = null
-    try {
-      rec = await this.#repo!.createRecord(
-        blob.id,
-        {
-          refDomain: ctx.refDomain,
-          refKey: ctx.refKey,
-          refCategory: ctx.refCategory,
-          displayName: cleanDisplayName(e.displayName, meta.displayName),
-          ext,
-          fmetaValue,
-          sort: ctx.sort,
-          createdBy,
+    if (blob) {
+      if (!(await this.#repo!.touchPendingBlob(blob.id))) throw busy()
+    } else {
+      const existing = await this.#repo!.findBlob(domain.store, savedDir, savedName)
+      if (existing && existing.refCount !== 0) throw badRequest(`${savedName} is saved already`, 'saved-already')
+      if (existing && !(await this.#repo!.touchPendingBlob(existing.id, savedName))) throw busy()
+      // The intent is remembered before anything moves: the pending blob names the temporary file.
+      blob =
+        existing ??
+        (await this.#repo!.reserveBlob({
+          store: domain.store,
+          savedDir,
+          savedName,
+          fileSize: meta.size,
+          fileType: meta.type,
+          sha256: meta.sha256,
           createdDt,
-        },
-        { requireLive: false },
-      )
-    } finally {
-      if (!rec) {
-        // Put the file back so that a retry finds it where the client left it.
-        await this.#transfer(store, key, tmp, tmpKey(savedName), meta.type).catch((err) =>
+          tmpName: savedName,
+        }))
+    }
+    await pause('reserved')
+    if (!placed) await this.#transfer(tmp, tmpFile, store, key, meta.type)
+    await pause('moved')
+    // A failure here leaves the file at its place under its pending blob: the retry records it.
+    const rec = await this.#repo!.createRecord(
+      blob.id,
+      {
+        refDomain: ctx.refDomain,
+        refKey: ctx.refKey,
+        refCategory: ctx.refCategory,
+        displayName: cleanDisplayName(e.displayName, meta.displayName),
+        ext,
+        fmetaValue,
+        sort: ctx.sort,
+        createdBy: uploader,
+        createdDt,
+      },
+      { requireLive: false, requirePending: true },
+    )
+    if (!rec) {
+      // Another attempt recorded it first (its record is the answer), or the blob went meanwhile.
+      const saved = await recordedBefore(uploader)
+      if (saved) {
+        await tmp.delete(tmpMetaKey(savedName)).catch(() => undefined)
+        return saved
+      }
+      if (!(await this.#repo!.findBlobById(blob.id))) {
+        // Nothing guards the file at its place any more: back to where the client left it.
+        await this.#transfer(store, key, tmp, tmpFile, meta.type).catch((err) =>
           this.logger.error(`attach-storage: could not return ${savedName} to the temporary area`, err),
         )
-        await this.#repo!.purgeBlob(blob.id).catch(() => undefined)
       }
+      throw busy()
     }
+    await pause('recorded')
     await tmp.delete(tmpMetaKey(savedName)).catch(() => undefined)
-    return rec ?? undefined
+    await pause('done')
+    return rec
   }
 
   async #readHead(store: Store, key: string): Promise<Uint8Array> {
@@ -783,7 +887,8 @@ export class AttachStorage {
     return s ? readAll(s) : new Uint8Array()
   }
 
-  async #readTmpMeta(savedName: string): Promise<TmpMeta | undefined> {
+  /** The sidecar of a temporary file; undefined when it is missing, or (unless `withFile` is false) the file is. */
+  async #readTmpMeta(savedName: string, options: { withFile?: boolean } = {}): Promise<TmpMeta | undefined> {
     const tmp = this.#s.tmpStore
     let stream: Readable
     try {
@@ -793,7 +898,7 @@ export class AttachStorage {
       throw err
     }
     const meta = JSON.parse((await readAll(stream)).toString('utf8')) as TmpMeta
-    if (!(await tmp.exists(tmpKey(savedName)))) return undefined
+    if (options.withFile !== false && !(await tmp.exists(tmpKey(savedName)))) return undefined
     return meta
   }
 
@@ -1295,12 +1400,22 @@ export class AttachStorage {
   // ---------------------------------------------------------------- housekeeping
 
   /**
-   * Removes expired temporary files (older than `tmp-ttl`) and retries the physical deletion of files
-   * whose last record went (or that were never attached). Safe to run on several instances at once.
+   * Removes expired temporary files (older than `tmp-ttl`), partial files of interrupted writes older than
+   * that, and retries the physical deletion of files whose last record went (or that were never
+   * attached: pending blobs of saves nobody retried). Safe to run on several instances at once.
    */
-  async sweep(): Promise<{ temporaryFiles: number; blobs: number }> {
+  async sweep(): Promise<{ temporaryFiles: number; blobs: number; partialFiles: number }> {
     const s = this.#s
     const cutoff = new Date(this.#now().getTime() - this.config.tmpTtl)
+    // What interrupted writes left (a local store's `.partial` files of a crash), in every store that can tell.
+    let partialFiles = 0
+    for (const store of new Set([s.tmpStore, ...s.stores.values()])) {
+      if (!store.sweepPartials) continue
+      partialFiles += await store.sweepPartials(cutoff).catch((err: unknown) => {
+        this.logger.warn(`attach-storage: removing partial files of store "${store.name}" failed`, err)
+        return 0
+      })
+    }
     let temporaryFiles = 0
     for await (const e of s.tmpStore.list(TMP_PREFIX)) {
       if (e.lastModified < cutoff) {
@@ -1318,7 +1433,7 @@ export class AttachStorage {
       }
       if (dead.length < 100) break
     }
-    return { temporaryFiles, blobs }
+    return { temporaryFiles, blobs, partialFiles }
   }
 }
 
