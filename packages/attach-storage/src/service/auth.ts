@@ -29,6 +29,12 @@ export interface JwtOptions {
   audience?: string | string[]
   /** Tolerated clock skew in seconds. @default 5 */
   clockTolerance?: number
+  /**
+   * Refuse tokens without an `exp` claim: a token that never expires is a credential that can never be
+   * taken back. Set `false` only when the issuer has another way to revoke tokens.
+   * @default true
+   */
+  requireExp?: boolean
 }
 
 /** Reads the Bearer token of the `Authorization` header, or undefined. */
@@ -50,7 +56,7 @@ export function userIdOf(sub: string): number | string {
 
 /**
  * Builds a token verifier from {@link JwtOptions}: `verify(token)` resolves the user or `null` (missing,
- * malformed, expired, wrongly signed, or without `sub`).
+ * malformed, expired, wrongly signed, without `sub`, or without `exp` unless `requireExp` is false).
  */
 export function createJwtVerifier(options: JwtOptions): (token: string | undefined) => Promise<AuthUser | null> {
   const given = [options.secret, options.publicKey, options.jwks, options.jwksUrl].filter((x) => x !== undefined)
@@ -61,6 +67,7 @@ export function createJwtVerifier(options: JwtOptions): (token: string | undefin
     issuer: options.issuer,
     audience: options.audience,
     clockTolerance: options.clockTolerance ?? 5,
+    requiredClaims: options.requireExp === false ? [] : ['exp'],
   }
   if (options.secret !== undefined) {
     const secret = typeof options.secret === 'string' ? new TextEncoder().encode(options.secret) : options.secret
