@@ -57,8 +57,10 @@ function notModified(request: Request, target: ServeTarget): boolean {
     const tags = inm.split(',').map((t) => t.trim().replace(/^W\//, ''))
     return tags.includes('*') || tags.includes(quoteEtag(target.etag))
   }
+  // A date says nothing about which file an address names when it may name another file later (a view
+  // by reference after a re-sort or a replacement): only the ETag, the file's own hash, decides there.
   const ims = request.headers.get('if-modified-since')
-  if (ims && target.lastModified && !inm) {
+  if (ims && target.lastModified && !inm && target.cache === 'immutable') {
     const since = Date.parse(ims)
     // HTTP dates have whole seconds: the file is unchanged when it was last modified at or before `since`.
     return Number.isFinite(since) && Math.floor(target.lastModified.getTime() / 1000) * 1000 <= since
@@ -88,7 +90,7 @@ export async function serveFile(request: Request, target: ServeTarget, action: '
   )
   if (target.etag) headers.set('etag', quoteEtag(target.etag))
   if (target.vary) headers.set('vary', target.vary)
-  if (target.lastModified) headers.set('last-modified', target.lastModified.toUTCString())
+  if (target.lastModified && target.cache === 'immutable') headers.set('last-modified', target.lastModified.toUTCString())
 
   if (notModified(request, target)) return new Response(null, { status: 304, headers })
 
