@@ -1,3 +1,4 @@
+import { createHmac } from 'node:crypto'
 import { join, resolve } from 'node:path'
 import type { Kysely } from 'kysely'
 import {
@@ -15,6 +16,7 @@ import {
   mergeSettings,
   notFound,
   openDatabase,
+  readJson,
   unauthorized,
   userIdOf,
   type AttachHandler,
@@ -35,6 +37,7 @@ export interface ServerEnv {
   ATTACH_CORS_ORIGINS?: string
   ATTACH_DATABASE_URL?: string
   ATTACH_CONFIG?: string
+  ATTACH_SIGNING_SECRET?: string
   [key: string]: string | undefined
 }
 
@@ -70,6 +73,9 @@ export interface Reference {
   notFound(): Response
   close(): Promise<void>
 }
+
+/** The largest JSON body the board routes read, like the JSON group's. */
+const BOARD_JSON_LIMIT = 2 * 1024 * 1024
 
 const json = (body: unknown, status = 200) =>
   new Response(JSON.stringify(body), { status, headers: { 'content-type': 'application/json; charset=utf-8' } })
@@ -150,6 +156,13 @@ export async function createReference(env: ServerEnv = process.env, logger: Logg
     },
   }
   if (env.ATTACH_CDN_URL) settings.cdnUrl = env.ATTACH_CDN_URL
+  // Signed view URLs of guarded files: their own secret, or one derived from the JWT secret.
+  let signingSecret = env.ATTACH_SIGNING_SECRET
+  if (!signingSecret) {
+    logger.warn('ATTACH_SIGNING_SECRET is not set: signed view URLs use a secret derived from ATTACH_JWT_SECRET')
+    signingSecret = createHmac('sha256', secret).update('attach-storage signed view URLs').digest('base64url')
+  }
+  settings.signing = { secret: signingSecret }
   if (env.ATTACH_CONFIG) settings = mergeSettings(settings, await loadConfigFile(env.ATTACH_CONFIG))
   const dbUrl = env.ATTACH_DATABASE_URL
   const db = await openDatabase(
@@ -157,6 +170,11 @@ export async function createReference(env: ServerEnv = process.env, logger: Logg
       ? { type: dbUrl.startsWith('mysql') ? 'mysql' : 'postgres', url: dbUrl }
       : { type: 'sqlite', file: join(dataDir, 'attach.db') },
   )
+  const boardAuthorOnly = async (user: AuthUser | null, refKey: string) => {
+    if (!user || !/^\d{1,15}$/.test(refKey)) return false
+    const row = await db.selectFrom('board').select('created_by').where('id', '=', Number(refKey)).executeTakeFirst()
+    return row !== undefined && row.created_by !== null && String(row.created_by) === String(user.id)
+  }
   let storage: AttachStorage
   try {
     await migrateBoard(db)
@@ -176,6 +194,8 @@ export async function createReference(env: ServerEnv = process.env, logger: Logg
         : undefined,
       registrar(registry) {
         registry.registerCategory('demo', 'private', { secureAccess: privateAccess })
+        // Only a board post's author may change its attachments; a refKey with no post yet is refused.
+        registry.registerDomain('board', { store: registry.domain('board').store, mayChange: boardAuthorOnly })
       },
     })
   } catch (err) {
@@ -216,12 +236,7 @@ export async function createReference(env: ServerEnv = process.env, logger: Logg
 
   const createBoard = guard(async (request: Request) => {
     const user = await requireUser(request)
-    let body: unknown
-    try {
-      body = await request.json()
-    } catch {
-      throw badRequest('The body is not valid JSON')
-    }
+    const body = await readJson(request, BOARD_JSON_LIMIT)
     if (!body || typeof body !== 'object' || Array.isArray(body)) throw badRequest('The body must be a JSON object')
     const { title, body: text, attachContainer } = body as Record<string, unknown>
     if (typeof title !== 'string' || title.trim() === '' || title.length > 200) {
@@ -259,7 +274,7 @@ export async function createReference(env: ServerEnv = process.env, logger: Logg
       }
       throw err
     }
-    return json({ ...post, attachContainer: await storage.lookup('board', String(post.id)) }, 201)
+    return json({ ...post, attachContainer: await storage.lookup('board', String(post.id), undefined, {}, request) }, 201)
   })
 
   const getBoard = guard(async (request: Request, id: string) => {
@@ -267,7 +282,7 @@ export async function createReference(env: ServerEnv = process.env, logger: Logg
     if (!/^\d{1,15}$/.test(id)) throw badRequest('id must be a positive integer')
     const row = await db.selectFrom('board').selectAll().where('id', '=', Number(id)).executeTakeFirst()
     if (!row) throw notFound(`No board post ${id}`)
-    return json({ ...boardRow(row), attachContainer: await storage.lookup('board', id) })
+    return json({ ...boardRow(row), attachContainer: await storage.lookup('board', id, undefined, {}, request) })
   })
 
   const listBoard = guard(async (request: Request) => {

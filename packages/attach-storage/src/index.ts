@@ -66,7 +66,7 @@ export { resolveRange } from './stores/range.js'
 export { AttachRepository } from './repository/attach-repository.js'
 export { dialectOf, openDatabase, type DatabaseOptions } from './repository/database.js'
 export { migrateAttachSchema } from './repository/migrations.js'
-export { createAttachHandler, type AttachHandler, type FetchHandler } from './http/handler.js'
+export { createAttachHandler, readJson, type AttachHandler, type FetchHandler } from './http/handler.js'
 export { contentDisposition } from './http/serve.js'
 export { isActiveContent, sniffType } from './media/sniff.js'
 export {

@@ -36,11 +36,13 @@ export function json(body: unknown, status = 200, headers?: HeadersInit): Respon
 /** Turns any error into its JSON answer; unexpected errors become a bare 500 (logged, never a stack). */
 export function errorResponse(err: unknown, storage: AttachStorage): Response {
   if (err instanceof AttachStorageError) {
+    // A refusal for load (503 `busy`, with Retry-After) is the bound working, not a fault: answered as it is.
+    if (err.code === 'busy') return err.toResponse()
     if (err.status >= 500 && err.code !== 'attach-save-failure') {
       // Server-side detail (store names, keys, hosts) goes to the log, not to the client.
       storage.logger.error('attach-storage:', err)
       const message = err.status === 503 ? 'The service is not ready' : 'The storage backend failed; try again later'
-      return new AttachStorageError(err.code, message, { status: err.status }).toResponse()
+      return new AttachStorageError(err.code, message, { status: err.status, headers: err.headers }).toResponse()
     }
     return err.toResponse()
   }
@@ -147,7 +149,7 @@ export function createAttachHandler(storage: AttachStorage): AttachHandler {
       if (head === 'direct-url' && rest.length === 0 && method === 'POST') {
         const body = await readJson(request)
         if (!body || typeof body !== 'object') throw badRequest('The body must be a JSON object')
-        return json(await storage.directUrl(body as { refDomain: unknown; refKey: unknown }))
+        return json(await storage.directUrl(body as { refDomain: unknown; refKey: unknown }, request))
       }
       if (head === 'ckupload' && rest.length === 1 && (rest[0] === 'dnd' || rest[0] === 'modal') && method === 'POST') {
         return await editorUpload(request, url, rest[0], user)
@@ -179,7 +181,7 @@ export function createAttachHandler(storage: AttachStorage): AttachHandler {
         const keys = list(url.searchParams.get('refKeyList'))
         if (!keys) throw badRequest('refKeyList is required')
         if (keys.length > 1000) throw badRequest('refKeyList may name at most 1000 keys')
-        const result = await storage.listByReferences(refDomain, keys, list(url.searchParams.get('refCategoryList')), url.searchParams)
+        const result = await storage.listByReferences(refDomain, keys, list(url.searchParams.get('refCategoryList')), url.searchParams, request)
         return listResponse(result)
       }
       // POST /attach (permanent delete)
@@ -203,9 +205,9 @@ export function createAttachHandler(storage: AttachStorage): AttachHandler {
         const [refDomain, refKey, refCategory, tail] = rest as [string, string, string?, string?]
         if (rest.length === 4) {
           if (tail !== '_count') throw notFound('No such route')
-          return json(await storage.count(refDomain, refKey, refCategory!))
+          return json(await storage.count(refDomain, refKey, refCategory!, request))
         }
-        if (rest.length <= 3) return json(await storage.lookup(refDomain, refKey, refCategory, lookupFilters(url)))
+        if (rest.length <= 3) return json(await storage.lookup(refDomain, refKey, refCategory, lookupFilters(url), request))
       }
       throw notFound('No such route')
     } catch (err) {

@@ -5,19 +5,20 @@ import { sql, type Kysely } from 'kysely'
 import { parseAttachConfig, type AttachConfigInput, type AttachConfigParsed } from '../config/schema.js'
 import { AttachStorageError, badRequest, configError, forbidden, notFound } from '../errors.js'
 import type { FileProbe } from '../filters/filters.js'
-import { isResizable, Resizer, variantKey, variantPrefix, type ResizeRequest } from '../media/resize.js'
+import { checkAllowedSize, isResizable, Resizer, variantKey, variantPrefix, type ResizeRequest } from '../media/resize.js'
 import { extensionOf, SNIFF_BYTES, sniffType } from '../media/sniff.js'
 import { readAll } from '../stores/read-all.js'
 import { createZipStream, isCompressed, uniqueNames, type ZipSource } from '../media/zip.js'
 import type { AttachmentRecord, AttachmentView, BlobRecord } from '../model.js'
-import { Registry, type RegisteredCategory } from '../registry/registry.js'
+import { Registry, type RegisteredCategory, type RegisteredDomain } from '../registry/registry.js'
 import { AttachRepository, mapRecord } from '../repository/attach-repository.js'
-import { parseListRequest, runList, type ListProvider, type ListResult } from '../list/list-query.js'
+import { LIST_HEADERS, parseListRequest, runList, type ListProvider, type ListRequest, type ListResult } from '../list/list-query.js'
 import { openDatabase } from '../repository/database.js'
 import { migrateAttachSchema } from '../repository/migrations.js'
 import { mkdirDurable, syncDir } from '../stores/local-store.js'
 import type { Store, StoreFactory } from '../stores/store.js'
 import { createJwtAuthenticator, type JwtOptions } from './auth.js'
+import { UrlSigner } from './signing.js'
 import { ingest } from './ingest.js'
 import {
   checkRefKey,
@@ -175,9 +176,23 @@ const DISPLAY_NAME_MAX = 1024
 /** Cleans a client's file name for display: no path, no control characters, bounded length. */
 export function cleanDisplayName(name: unknown, fallback = 'file'): string {
   const base = (typeof name === 'string' ? name : '').split(/[\\/]/).pop() ?? ''
+  // Lone surrogates become U+FFFD, and the cut never splits a pair: the name stays valid UTF-16 (and UTF-8).
   // eslint-disable-next-line no-control-regex
-  const clean = base.replace(/[\u0000-\u001f\u007f]/g, '').trim().slice(0, DISPLAY_NAME_MAX)
+  const clean = wellFormed(base.replace(/[\u0000-\u001f\u007f]/g, '').trim(), DISPLAY_NAME_MAX)
   return clean || fallback
+}
+
+/**
+ * A string cut to `max` UTF-16 units that stays valid UTF-16 (and so UTF-8 in every database): lone
+ * surrogates become U+FFFD and the cut never splits a pair.
+ */
+function wellFormed(s: string, max: number): string {
+  return s.replace(/\p{Surrogate}/gu, '\ufffd').slice(0, max).replace(/[\ud800-\udbff]$/, '')
+}
+
+/** `ext` / `fmetaValue` of a client: null stays null, anything else becomes well-formed text of at most 1024 units. */
+function cleanText(value: unknown): string | null {
+  return value === undefined || value === null ? null : wellFormed(String(value), 1024)
 }
 
 const sameUser = (a: unknown, b: unknown) => a !== null && a !== undefined && b !== null && b !== undefined && String(a) === String(b)
@@ -200,6 +215,8 @@ export class AttachStorage {
   #init: Promise<void> | undefined
   /** Makes and caches resized variants. */
   readonly resizer: Resizer
+  /** Signs view URLs of guarded records (when `signing.secret` is set). */
+  readonly #signer: UrlSigner | undefined
   readonly #hooks = new Map<keyof AttachEvents, Set<AttachEventHook<any>>>()
   readonly #pendingHooks = new Set<Promise<void>>()
 
@@ -210,7 +227,14 @@ export class AttachStorage {
     this.#now = options.now ?? (() => new Date())
     this.registry = new Registry(() => [...(this.#stores?.stores.keys() ?? [])])
     this.authenticate = options.authenticate ?? (options.jwt ? createJwtAuthenticator(options.jwt) : undefined)
-    this.resizer = new Resizer({ maxInputPixels: this.config.resize.maxInputPixels })
+    this.resizer = new Resizer({
+      maxInputPixels: this.config.resize.maxInputPixels,
+      maxVariants: this.config.resize.maxVariants,
+      concurrency: this.config.resize.concurrency,
+      queue: this.config.resize.queue,
+    })
+    const signing = this.config.signing
+    this.#signer = signing.secret ? new UrlSigner(signing.secret, signing.ttl, this.#now) : undefined
     for (const [event, hook] of Object.entries(options.on ?? {})) {
       if (hook) this.on(event as keyof AttachEvents, hook as AttachEventHook<keyof AttachEvents>)
     }
@@ -369,15 +393,23 @@ export class AttachStorage {
     }
     if (!obj || typeof obj !== 'object' || Array.isArray(obj)) throw badRequest('filters must be a JSON object')
     const out: Array<{ name: string; options: Record<string, unknown> }> = []
+    const ignored: string[] = []
     for (const [name, options] of Object.entries(obj as Record<string, unknown>)) {
       if (!this.registry.requestFilter(name)) {
-        this.logger.warn(`attach-storage: request filter "${name}" is not registered; ignored`)
+        ignored.push(name)
         continue
       }
       if (options === null || typeof options !== 'object' || Array.isArray(options)) {
         throw badRequest(`filters.${name} must be an object of options`)
       }
       out.push({ name, options: options as Record<string, unknown> })
+    }
+    if (ignored.length) {
+      // One line per request, whatever the client sent: names are quoted (JSON escapes control characters
+      // and newlines), cut to 64 characters, and at most 10 are named.
+      const shown = ignored.slice(0, 10).map((n) => JSON.stringify(n.length > 64 ? n.slice(0, 64) + '…' : n))
+      const more = ignored.length > shown.length ? ` and ${ignored.length - shown.length} more` : ''
+      this.logger.warn(`attach-storage: request filters not registered, ignored: ${shown.join(', ')}${more}`)
     }
     return out
   }
@@ -592,11 +624,37 @@ export class AttachStorage {
     }
     const deleted = b._deleted ?? []
     if (!Array.isArray(deleted)) throw badRequest('AttachBag._deleted must be an array of {id}')
+    const request = options.request ?? null
+
+    // Who may change this entity's attachments at all is the host's call.
+    if (!(await this.#mayChangeEntity(domain, refKey, options.user, request))) {
+      throw forbidden(`You may not change the attachments of ${refDomain}/${refKey}`)
+    }
+    // One rule for every record the bag touches (deletions and re-sorts), checked before anything changes.
+    const touched = new Set<number>()
+    for (const d of deleted) {
+      const id = d && typeof d === 'object' ? Number((d as { id?: unknown }).id) : NaN
+      if (Number.isSafeInteger(id) && id > 0) touched.add(id)
+    }
+    for (const [, entries] of categories) {
+      for (const e of entries) {
+        const id = e && typeof e === 'object' ? (e as AttachBagEntry).id : undefined
+        if (id !== undefined && id !== null && Number.isSafeInteger(Number(id)) && Number(id) > 0) touched.add(Number(id))
+      }
+    }
+    if (touched.size) {
+      const records = await this.#repo!.findByIds([...touched])
+      for (const r of records) {
+        if (r.refDomain !== refDomain || r.refKey !== refKey) continue // an entry failure below; changes nothing
+        if (!(await this.#mayChange(request, r, options.user))) throw forbidden(`You may not change attachment ${r.id}`)
+      }
+    }
 
     const date = options.date ?? this.#now()
     const failures: SaveFailure[] = []
-    const fail = (refCategory: string, index: number, entry: unknown, reason: string) =>
+    const fail = (refCategory: string, index: number, entry: unknown, reason: string, code: string) =>
       failures.push({
+        code,
         refCategory,
         index,
         displayName:
@@ -610,7 +668,7 @@ export class AttachStorage {
     const delIds: number[] = []
     deleted.forEach((d, index) => {
       const id = d && typeof d === 'object' ? Number((d as { id?: unknown }).id) : NaN
-      if (!Number.isSafeInteger(id) || id <= 0) fail('_deleted', index, d, 'id must be a positive integer')
+      if (!Number.isSafeInteger(id) || id <= 0) fail('_deleted', index, d, 'id must be a positive integer', 'bad-request')
       else delIds.push(id)
     })
     if (delIds.length) {
@@ -619,7 +677,7 @@ export class AttachStorage {
       deleted.forEach((d, index) => {
         const id = Number((d as { id?: unknown })?.id)
         if (Number.isSafeInteger(id) && id > 0 && !mine.has(id)) {
-          fail('_deleted', index, d, `attachment ${id} does not belong to ${refDomain}/${refKey}`)
+          fail('_deleted', index, d, `attachment ${id} does not belong to ${refDomain}/${refKey}`, 'not-found')
         }
       })
       await this.#deleteRecords([...mine])
@@ -637,7 +695,7 @@ export class AttachStorage {
             sort: index,
             date,
             user: options.user,
-            request: options.request ?? null,
+            request,
           })
           if (rec) created.push(rec)
         } catch (err) {
@@ -646,7 +704,7 @@ export class AttachStorage {
           if (!(err instanceof AttachStorageError) || err.status >= 500) {
             this.logger.error(`attach-storage: saving ${refDomain}/${refKey}/${refCategory}[${index}] failed`, err)
           }
-          fail(refCategory, index, entry, reason)
+          fail(refCategory, index, entry, reason, err instanceof AttachStorageError && err.status < 500 ? err.code : 'internal-error')
         }
       }
     }
@@ -660,7 +718,18 @@ export class AttachStorage {
     }
     const all = await this.#repo!.listByReference(refDomain, refKey)
     const wanted = new Set(categories.map(([c]) => c))
-    return this.#views(all).filter((v) => wanted.has(v.refCategory))
+    return (await this.#readableViews(all, request)).filter((v) => wanted.has(v.refCategory))
+  }
+
+  /** The domain's `mayChange` hook (none: any caller); a throw counts as a refusal. */
+  async #mayChangeEntity(domain: RegisteredDomain, refKey: string, user: AuthUser | null, request: Request | null): Promise<boolean> {
+    if (!domain.mayChange) return true
+    try {
+      return (await domain.mayChange(user, refKey, request)) === true
+    } catch (err) {
+      this.logger.warn(`attach-storage: mayChange of domain "${domain.name}" threw; refused`, err)
+      return false
+    }
   }
 
   async #commitEntry(
@@ -677,8 +746,8 @@ export class AttachStorage {
   ): Promise<AttachmentRecord | undefined> {
     if (!entry || typeof entry !== 'object' || Array.isArray(entry)) throw badRequest('entry must be an object')
     const e = entry as AttachBagEntry
-    const ext = e.ext === undefined || e.ext === null ? null : String(e.ext).slice(0, 1024)
-    const fmetaValue = e.fmetaValue === undefined || e.fmetaValue === null ? null : String(e.fmetaValue).slice(0, 1024)
+    const ext = cleanText(e.ext)
+    const fmetaValue = cleanText(e.fmetaValue)
     if (e.id !== undefined && e.id !== null) {
       const id = Number(e.id)
       if (!Number.isSafeInteger(id) || id <= 0) throw badRequest('id must be a positive integer')
@@ -944,31 +1013,56 @@ export class AttachStorage {
   }
 
   #directUrl(storeName: string, refDomain: string, refCategory: string, savedDir: string, name: string): string {
-    const cdn = this.#cdnBase(storeName)
+    // A guarded category's files never get a public address: their url is the guarded binary route.
+    const guarded = this.registry.domain(refDomain).categories.get(refCategory)?.secureAccess !== undefined
+    const cdn = guarded ? undefined : this.#cdnBase(storeName)
     if (cdn) return cdn + storeKey(savedDir, name)
     const path = encodeURIComponent(savedDir + name)
     return `${this.config.assetsPrefix}/attach-direct/view/${refDomain}/${refCategory}?path=${path}`
   }
 
-  /** Answers records with `url` (and `cdnUrl`), `index` being the position within its reference category. */
-  #views(records: AttachmentRecord[]): AttachmentView[] {
+  /**
+   * The records the request may read, answered with `url` (and `cdnUrl`); `index` is each record's
+   * position within its reference category among all its records (the slot a by-reference view names).
+   * Records of a guarded category are left out unless its secure-access function allows the request.
+   * `records` must be in reference, category and `sort` order.
+   */
+  async #readableViews(records: AttachmentRecord[], request: Request | null): Promise<AttachmentView[]> {
     const pos = new Map<string, number>()
-    return records.map((r) => {
-      const k = r.refCategory
+    const out: AttachmentView[] = []
+    for (const r of records) {
+      const k = `${r.refKey}\u0000${r.refCategory}`
       const index = pos.get(k) ?? 0
       pos.set(k, index + 1)
-      return this.#view(r, index)
-    })
+      const category = this.registry.domain(r.refDomain).categories.get(r.refCategory)
+      if (!category) continue // a category no longer registered serves nothing, so it lists nothing
+      if (category.secureAccess && !(await this.checkAccess(request, category, describeRecord(r)))) continue
+      out.push(this.#view(r, index, category.secureAccess !== undefined))
+    }
+    return out
   }
 
-  #view(r: AttachmentRecord, index: number): AttachmentView {
+  /**
+   * A record as answered. A guarded record never carries a CDN or direct address: its `url` is the
+   * guarded binary route, signed when signing is configured (the caller was allowed to read it).
+   */
+  #view(r: AttachmentRecord, index: number, guarded: boolean): AttachmentView {
     const { sha256: _s, store, blobId: _b, ...rest } = r
-    const cdn = this.#cdnBase(store)
-    const cdnUrl = cdn ? cdn + storeKey(r.savedDir, r.savedName) : undefined
-    const url =
-      cdnUrl ??
-      `${this.config.assetsPrefix}/attach/view/${encodeURIComponent(r.refDomain)}/${encodeURIComponent(r.refKey)}/${encodeURIComponent(r.refCategory)}/${index}`
-    return cdnUrl ? { ...rest, url, cdnUrl } : { ...rest, url }
+    const cdn = guarded ? undefined : this.#cdnBase(store)
+    if (cdn) {
+      const cdnUrl = cdn + storeKey(r.savedDir, r.savedName)
+      return { ...rest, url: cdnUrl, cdnUrl }
+    }
+    let url = `${this.config.assetsPrefix}/attach/view/${encodeURIComponent(r.refDomain)}/${encodeURIComponent(r.refKey)}/${encodeURIComponent(r.refCategory)}/${index}`
+    if (guarded && this.#signer) url += '?' + this.#signer.query(r.id)
+    return { ...rest, url }
+  }
+
+  /** True when the request carries a valid signature for a guarded record (signed view URLs). */
+  #signedFor(request: Request | null, id: number, category: RegisteredCategory): boolean {
+    if (!request || !this.#signer || !category.secureAccess) return false
+    const q = request.url.indexOf('?')
+    return q >= 0 && this.#signer.verify(id, new URLSearchParams(request.url.slice(q + 1)))
   }
 
   /** Applies `ext`, `extAlt` and `fmetaValue` to one category's records (in `sort` order). */
@@ -995,7 +1089,14 @@ export class AttachStorage {
    * The AttachBag of a reference: `{refDomain, <category>: records[]}` in `sort` order, every registered
    * category of the domain present (or only `refCategory` when given).
    */
-  async lookup(refDomain: string, refKeyIn: string, refCategory?: string, filters: LookupFilters = {}): Promise<AttachBag> {
+  async lookup(
+    refDomain: string,
+    refKeyIn: string,
+    refCategory?: string,
+    filters: LookupFilters = {},
+    /** The caller's request, shown to secure-access functions; null: guarded records are left out. */
+    request: Request | null = null,
+  ): Promise<AttachBag> {
     const domain = this.registry.domain(refDomain)
     if (refCategory !== undefined) this.registry.category(refDomain, refCategory)
     const refKey = checkRefKey(refKeyIn)
@@ -1003,7 +1104,7 @@ export class AttachStorage {
     const bag: AttachBag = { refDomain }
     const cats = refCategory !== undefined ? [refCategory] : [...domain.categories.keys()]
     for (const c of cats) bag[c] = []
-    const views = this.#views(records)
+    const views = await this.#readableViews(records, request)
     for (const c of new Set(views.map((v) => v.refCategory))) {
       bag[c] = this.#applyFilters(
         views.filter((v) => v.refCategory === c),
@@ -1013,10 +1114,12 @@ export class AttachStorage {
     return bag
   }
 
-  /** The number of attachments of one reference category. */
-  async count(refDomain: string, refKey: string, refCategory: string): Promise<number> {
-    this.registry.category(refDomain, refCategory)
-    return this.repository.countByReference(refDomain, checkRefKey(refKey), refCategory)
+  /** The number of attachments of one reference category that the request may read. */
+  async count(refDomain: string, refKey: string, refCategory: string, request: Request | null = null): Promise<number> {
+    const category = this.registry.category(refDomain, refCategory)
+    if (!category.secureAccess) return this.repository.countByReference(refDomain, checkRefKey(refKey), refCategory)
+    const records = await this.repository.listByReference(refDomain, checkRefKey(refKey), refCategory)
+    return (await this.#readableViews(records, request)).length
   }
 
   /**
@@ -1030,20 +1133,44 @@ export class AttachStorage {
     refKeys: string[],
     refCategories?: string[],
     params: URLSearchParams = new URLSearchParams(),
+    /** The caller's request, shown to secure-access functions; null: guarded records are left out. */
+    httpRequest: Request | null = null,
   ): Promise<ListResult<AttachmentView>> {
-    this.registry.domain(refDomain)
+    const domain = this.registry.domain(refDomain)
     for (const c of refCategories ?? []) this.registry.category(refDomain, c)
     const keys = refKeys.map(checkRefKey)
     this.#s
     const request = parseListRequest(params, ATTACHMENT_LIST)
-    const result = await runList(this.#db!.selectFrom('attach_file').selectAll(), ATTACHMENT_LIST, request, {
-      enforce: (qb) => {
-        let q = qb.where('ref_domain', '=', refDomain).where('deleted', '=', 0).where('ref_key', 'in', keys)
-        if (refCategories) q = refCategories.length ? q.where('ref_category', 'in', refCategories) : q.where(sql<boolean>`1 = 0`)
-        return q
-      },
-      mapRow: (row) => mapRecord(row as never),
-    })
+    const selected = refCategories ?? [...domain.categories.keys()]
+    const guarded = selected.some((c) => domain.categories.get(c)?.secureAccess !== undefined)
+    const list = (req: typeof request, cap?: number) =>
+      runList(this.#db!.selectFrom('attach_file').selectAll(), ATTACHMENT_LIST, req, {
+        enforce: (qb) => {
+          let q = qb.where('ref_domain', '=', refDomain).where('deleted', '=', 0).where('ref_key', 'in', keys)
+          // Only registered categories are listed (an unregistered one serves nothing).
+          q = selected.length ? q.where('ref_category', 'in', selected) : q.where(sql<boolean>`1 = 0`)
+          return cap === undefined ? q : q.limit(cap + 1)
+        },
+        mapRow: (row) => mapRecord(row as never),
+      })
+    let result: ListResult<AttachmentRecord>
+    if (!guarded) {
+      result = await list(request)
+    } else {
+      // A secure-access function is code, not SQL: the readable rows are found in memory, from at most
+      // GUARDED_LIST_MAX matching rows, then paged there, so counts and pages leave out what the caller
+      // may not read.
+      const all = await list({ ...request, paging: false }, GUARDED_LIST_MAX)
+      if (all.rows.length > GUARDED_LIST_MAX) {
+        throw badRequest(`More than ${GUARDED_LIST_MAX} attachments match; narrow refKeyList, refCategoryList or q`)
+      }
+      const readable: AttachmentRecord[] = []
+      for (const r of all.rows) {
+        const category = domain.categories.get(r.refCategory)!
+        if (!category.secureAccess || (await this.checkAccess(httpRequest, category, describeRecord(r)))) readable.push(r)
+      }
+      result = pageInMemory(readable, request, ATTACHMENT_LIST.maxPerPage!)
+    }
     // Each record's index within its reference category, from the full ordered lists of the page's references.
     const pageKeys = [...new Set(result.rows.map((r) => r.refKey))]
     const index = new Map<number, number>()
@@ -1057,21 +1184,36 @@ export class AttachStorage {
         index.set(r.id, i)
       }
     }
-    return { ...result, rows: result.rows.map((r) => this.#view(r, index.get(r.id) ?? 0)) }
+    return {
+      ...result,
+      rows: result.rows.map((r) =>
+        this.#view(r, index.get(r.id) ?? 0, domain.categories.get(r.refCategory)?.secureAccess !== undefined),
+      ),
+    }
   }
 
   /** The real address of the `index`-th (in `sort` order) attachment of a reference category. */
-  async directUrl(input: { refDomain: unknown; refCategory?: unknown; refKey: unknown; index?: unknown }): Promise<string> {
+  async directUrl(
+    input: { refDomain: unknown; refCategory?: unknown; refKey: unknown; index?: unknown },
+    /** The caller's request, shown to the secure-access function of a guarded category. */
+    request: Request | null = null,
+  ): Promise<string> {
     if (typeof input.refDomain !== 'string') throw badRequest('refDomain is required')
     const refCategory = input.refCategory === undefined ? 'default' : String(input.refCategory)
-    this.registry.category(input.refDomain, refCategory)
+    const category = this.registry.category(input.refDomain, refCategory)
     const index = input.index === undefined ? 0 : Number(input.index)
     if (!Number.isSafeInteger(index) || index < 0) throw badRequest('index must be a non-negative integer')
     const list = await this.repository.listByReference(input.refDomain, checkRefKey(input.refKey), refCategory)
     const r = list[index]
     if (!r) throw notFound(`No attachment at index ${index} of ${input.refDomain}/${String(input.refKey)}/${refCategory}`)
+    const byId = `${this.config.assetsPrefix}/attach/view/${r.id}`
+    if (category.secureAccess) {
+      // A guarded file's real address is the guarded route, signed for a caller who may read it.
+      if (!(await this.checkAccess(request, category, describeRecord(r)))) throw forbidden()
+      return this.#signer ? `${byId}?${this.#signer.query(r.id)}` : byId
+    }
     const cdn = this.#cdnBase(r.store)
-    return cdn ? cdn + storeKey(r.savedDir, r.savedName) : `${this.config.assetsPrefix}/attach/view/${r.id}`
+    return cdn ? cdn + storeKey(r.savedDir, r.savedName) : byId
   }
 
   /** `{cdnUrl, domains: {<domain>: {store, categories}}}`. */
@@ -1102,13 +1244,17 @@ export class AttachStorage {
     return user !== null || request !== null
   }
 
-  async #mayChange(request: Request, r: AttachmentRecord, user: AuthUser | null): Promise<boolean> {
+  /**
+   * The one rule for changing a record, on every path (PUT, POST delete, a confirmed save's `_deleted`
+   * and re-sort entries): the category's secure-access function when it has one, else its creator.
+   */
+  async #mayChange(request: Request | null, r: AttachmentRecord, user: AuthUser | null): Promise<boolean> {
     const category = this.registry.domain(r.refDomain).categories.get(r.refCategory)
     if (category?.secureAccess) return this.checkAccess(request, category, describeRecord(r))
     return user !== null && sameUser(r.createdBy, user.id)
   }
 
-  async #ownedRecords(request: Request, items: unknown, user: AuthUser | null): Promise<AttachmentRecord[]> {
+  async #ownedRecords(request: Request | null, items: unknown, user: AuthUser | null): Promise<AttachmentRecord[]> {
     if (!Array.isArray(items)) throw badRequest('The body must be an array of attachment records')
     const ids = items.map((x, i) => {
       const id = x && typeof x === 'object' ? Number((x as { id?: unknown }).id) : NaN
@@ -1143,8 +1289,8 @@ export class AttachStorage {
           }
           u.displayName = cleanDisplayName(x.displayName)
         }
-        if (x.ext !== undefined) u.ext = x.ext === null ? null : String(x.ext).slice(0, 1024)
-        if (x.fmetaValue !== undefined) u.fmetaValue = x.fmetaValue === null ? null : String(x.fmetaValue).slice(0, 1024)
+        if (x.ext !== undefined) u.ext = cleanText(x.ext)
+        if (x.fmetaValue !== undefined) u.fmetaValue = cleanText(x.fmetaValue)
         if (x.sort !== undefined) {
           const sort = Number(x.sort)
           if (!Number.isSafeInteger(sort) || sort < 0) throw badRequest(`attachment ${u.id}: sort must be a non-negative integer`)
@@ -1241,13 +1387,23 @@ export class AttachStorage {
   ): Promise<ServeTarget> {
     const category = this.registry.domain(r.refDomain).categories.get(r.refCategory)
     if (!category) throw notFound(`No attachment ${r.id}`)
-    if (!(await this.checkAccess(request, category, describeRecord(r)))) throw forbidden()
+    if (!this.#signedFor(request, r.id, category) && !(await this.checkAccess(request, category, describeRecord(r)))) {
+      throw forbidden()
+    }
     const store = this.store(r.store)
     const key = storeKey(r.savedDir, r.savedName)
+    if (resize) checkAllowedSize(category.sizes, resize)
     if (resize && isResizable(r.fileType)) {
       const vkey = variantKey(storeKey(r.savedDir, ''), r.id, resize)
-      const variant = await this.resizer.variant(store, key, vkey, r.fileType, resize, (err) =>
-        this.logger.warn(`attach-storage: attachment ${r.id} could not be resized; serving the original`, err),
+      // HEAD makes no variant: a stored one answers its own headers, else the original's (see serveFile).
+      const variant = await this.resizer.variant(
+        store,
+        key,
+        vkey,
+        r.fileType,
+        resize,
+        (err) => this.logger.warn(`attach-storage: attachment ${r.id} could not be resized; serving the original`, err),
+        { lookOnly: request.method === 'HEAD' },
       )
       if (variant) {
         const ext = resize.format ? `.${resize.format === 'jpeg' ? 'jpg' : resize.format}` : undefined
@@ -1325,7 +1481,8 @@ export class AttachStorage {
   }
 
   #editorUrl(storeName: string, refCategory: string, savedDir: string, name: string): string {
-    const cdn = this.#cdnBase(storeName)
+    const guarded = this.registry.domain(EDITOR_DOMAIN).categories.get(refCategory)?.secureAccess !== undefined
+    const cdn = guarded ? undefined : this.#cdnBase(storeName)
     if (cdn) return cdn + storeKey(savedDir, name)
     const [, , yyyy, MM] = savedDir.split('/')
     return `${this.config.assetsPrefix}/editor/image/${refCategory}/${yyyy}/${MM}/${name}`
@@ -1435,6 +1592,24 @@ export class AttachStorage {
     }
     return { temporaryFiles, blobs, partialFiles }
   }
+}
+
+/** Most matching rows a conditional list over guarded categories reads to find the readable ones. */
+const GUARDED_LIST_MAX = 10_000
+
+/** Pages rows already filtered in memory the way {@link runList} pages a query (same headers). */
+function pageInMemory<T>(rows: T[], request: ListRequest, maxPerPage: number): ListResult<T> {
+  const headers = new Headers()
+  if (!request.paging) return { rows, headers }
+  const perPage = Math.min(Math.floor(request.perPage), maxPerPage)
+  const offset = (request.page - 1) * perPage
+  if (!Number.isSafeInteger(offset)) throw badRequest(`currentPage ${request.page} is too large`)
+  if (!request.skipCount) headers.set(LIST_HEADERS.totalCount, String(rows.length))
+  headers.set(LIST_HEADERS.page, String(request.page))
+  headers.set(LIST_HEADERS.dataCount, String(perPage))
+  const result: ListResult<T> = { rows: rows.slice(offset, offset + perPage), page: request.page, perPage, headers }
+  if (!request.skipCount) result.total = rows.length
+  return result
 }
 
 /** The search whitelist and order of the conditional attachment list. */

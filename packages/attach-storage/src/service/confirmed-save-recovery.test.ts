@@ -95,7 +95,7 @@ describe('confirmed save: a crash at any step, then the retry of the same reques
     const res = await save('thief', { default: [{ savedName: t.name }] })
     expect(res.status).toBe(500)
     const body = await res.json()
-    expect(body.failures[0].reason).toMatch(/saved already/)
+    expect(body.failures[0]).toMatchObject({ code: 'saved-already', reason: expect.stringMatching(/saved already/) })
     expect(await kit.storage.repository.listByReference('demo', 'thief')).toEqual([])
     expect(await kit.storage.repository.listByReference('demo', 'owner')).toHaveLength(1)
   })
@@ -106,7 +106,7 @@ describe('confirmed save: a crash at any step, then the retry of the same reques
     const res = await save('taken', { default: [{ savedName: t.name }] }, '2')
     expect(res.status).toBe(500)
     const body = await res.json()
-    expect(body.failures).toMatchObject([{ index: 0, reason: expect.stringMatching(/another user/) }])
+    expect(body.failures).toMatchObject([{ index: 0, code: 'forbidden', reason: expect.stringMatching(/another user/) }])
     expect(await kit.files(kit.tmpDir)).toContain(join('_tmp', t.name))
     expect(await kit.storage.repository.findBlobsByTmpName(t.name)).toEqual([])
     await expect(
@@ -126,7 +126,7 @@ describe('confirmed save: a crash at any step, then the retry of the same reques
     const src = (await saved.json()).attachList[0]
     const res = await save('target', { image: [{ savedName: src.savedName, savedDir: src.savedDir, displayName: 'x.png' }] })
     expect(res.status).toBe(500)
-    expect((await res.json()).failures).toMatchObject([{ refCategory: 'image', index: 0, reason: expect.stringMatching(/^type: /) }])
+    expect((await res.json()).failures).toMatchObject([{ refCategory: 'image', index: 0, code: 'type', reason: expect.stringMatching(/^type: /) }])
     expect(await kit.storage.repository.listByReference('demo', 'target')).toEqual([])
     // An image passes the image category's filters when reused there.
     const img = await tmpUpload(await png(), 'p.png')

@@ -66,9 +66,10 @@ export interface SaveFailure {
   reason: string
   /**
    * Why, as a stable word: `forbidden` (another user's temporary file), a filter's code (`type`,
-   * `size`, ...), `not-found`, `saved-already`, `conflict`, ...; the code of the error that failed the entry.
+   * `size`, ...), `not-found`, `saved-already`, `conflict`, `internal-error`, ...; the code of the error
+   * that failed the entry.
    */
-  code?: string
+  code: string
 }
 
 /** Minimal logger; defaults to `console`. */

@@ -1,0 +1,49 @@
+import { createHmac, timingSafeEqual } from 'node:crypto'
+
+/** Query parameters of a signed view URL. */
+export const SIGNATURE_PARAMS = { expires: 'exp', signature: 'sig' } as const
+
+/**
+ * Signs and checks short-lived view URLs of guarded attachments: an HMAC-SHA256 over the record id and
+ * an expiry (Unix seconds), so an `<img src>` of a private file works without a Bearer token in the URL.
+ * A signature names a record, never a slot: a by-reference URL whose slot now holds another record is no
+ * longer signed for it. Resized variants of the record are covered by its signature.
+ */
+export class UrlSigner {
+  readonly #key: Buffer
+  readonly #ttlSeconds: number
+  readonly #now: () => Date
+
+  constructor(secret: string, ttlMs: number, now: () => Date) {
+    this.#key = Buffer.from(secret, 'utf8')
+    this.#ttlSeconds = Math.max(1, Math.floor(ttlMs / 1000))
+    this.#now = now
+  }
+
+  #mac(id: number, expires: number): Buffer {
+    return createHmac('sha256', this.#key).update(`attach-view:v1:${id}:${expires}`).digest()
+  }
+
+  /**
+   * The query string (`exp=…&sig=…`) that grants a view of record `id` until the expiry. The expiry is
+   * rounded up to the next minute, so the same record signed within one minute gives the same URL (and
+   * browser caches can keep it).
+   */
+  query(id: number): string {
+    const now = Math.floor(this.#now().getTime() / 1000)
+    const expires = Math.ceil((now + this.#ttlSeconds) / 60) * 60
+    return `${SIGNATURE_PARAMS.expires}=${expires}&${SIGNATURE_PARAMS.signature}=${this.#mac(id, expires).toString('base64url')}`
+  }
+
+  /** True when `params` carry an unexpired signature for record `id`. */
+  verify(id: number, params: URLSearchParams): boolean {
+    const exp = params.get(SIGNATURE_PARAMS.expires)
+    const sig = params.get(SIGNATURE_PARAMS.signature)
+    if (!exp || !sig || !/^\d{1,12}$/.test(exp) || !/^[A-Za-z0-9_-]{43}$/.test(sig)) return false
+    const expires = Number(exp)
+    if (expires * 1000 < this.#now().getTime()) return false
+    const given = Buffer.from(sig, 'base64url')
+    const wanted = this.#mac(id, expires)
+    return given.length === wanted.length && timingSafeEqual(given, wanted)
+  }
+}
