@@ -18,6 +18,7 @@ import { join, resolve } from 'node:path'
 import { setProfileDir } from './lib/proc.js'
 import { MiB, renderTable, type Context, type Row } from './lib/report.js'
 import { adaptersBench, listBench, s3Bench } from './scenarios/hooks.js'
+import { hostileBench } from './scenarios/hostile.js'
 import { resizeBench } from './scenarios/resize.js'
 import { smallViewsBench } from './scenarios/small-views.js'
 import { uploadBench } from './scenarios/upload.js'
@@ -39,6 +40,7 @@ const SCENARIOS: Scenario[] = [
   { name: 'list', title: 'list (bench/list.ts)', run: listBench },
   { name: 'adapters', title: '50 KB views through the Express and Fastify adapters', run: adaptersBench },
   { name: 's3', title: 'S3 store upload and view', run: s3Bench },
+  { name: 'hostile', title: 'memory of hostile requests (60 MB JSON, 100 text parts of 1 MiB)', run: hostileBench },
 ]
 
 function parseArgs(argv: string[]): { quick: boolean; disk: boolean; profile: string | undefined; only: Set<string> | undefined } {
