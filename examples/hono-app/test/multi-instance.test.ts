@@ -161,7 +161,15 @@ describe('per-domain store selection with two stores at once', () => {
       const cfg = await (await fetch(`${srv.base}/api/storage/config`, { headers: { authorization: `Bearer ${token}` } })).json()
       expect(cfg.domains.demo.store).toBe('cloud')
       expect(cfg.domains.board.store).toBe('disk')
-      for (const [domain, key] of [['demo', '1'], ['board', '2']]) {
+      // Only a board post's author may attach files to it: the board key is a post of this user.
+      const post = await (
+        await fetch(`${srv.base}/board`, {
+          method: 'POST',
+          body: JSON.stringify({ title: 'per-domain stores' }),
+          headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+        })
+      ).json()
+      for (const [domain, key] of [['demo', '1'], ['board', String(post.id)]]) {
         const fd = new FormData()
         fd.set('refDomain', domain!)
         fd.set('file', new Blob([`${domain} bytes`]), `${domain}.txt`)

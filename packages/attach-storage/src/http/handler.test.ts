@@ -330,10 +330,10 @@ for (const dialect of DIALECTS) {
         const body = await res.json()
         expect(body).toMatchObject({ success: false, code: 'attach-save-failure', message: expect.any(String) })
         expect(body.failures).toEqual([
-          { refCategory: '_deleted', index: 0, displayName: '', reason: expect.any(String) },
-          { refCategory: 'default', index: 1, displayName: 'later.txt', reason: expect.stringContaining('temporary') },
-          { refCategory: 'default', index: 2, displayName: 'evil', reason: expect.any(String) },
-          { refCategory: 'default', index: 3, displayName: 'neither', reason: expect.any(String) },
+          { code: 'not-found', refCategory: '_deleted', index: 0, displayName: '', reason: expect.any(String) },
+          { code: 'not-found', refCategory: 'default', index: 1, displayName: 'later.txt', reason: expect.stringContaining('temporary') },
+          { code: 'bad-request', refCategory: 'default', index: 2, displayName: 'evil', reason: expect.any(String) },
+          { code: 'bad-request', refCategory: 'default', index: 3, displayName: 'neither', reason: expect.any(String) },
         ])
         const saved = (await (await kit.call(`${API}/attach/demo/104/default`)).json()).default
         expect(saved.map((r: any) => r.displayName)).toEqual(['good.txt'])

@@ -6,23 +6,11 @@ import { join } from 'node:path'
 import sharp from 'sharp'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { AttachEvents } from '../service/attach-storage.js'
-import { makeKit, token, type Kit } from './test-kit.js'
+import { makeKit, saveFile, token, type Kit } from './test-kit.js'
 
 const API = '/api/storage'
 const ASSETS = '/assets/storage'
 
-async function saveFile(kit: Kit, blob: Blob, name: string, refKey: string, refCategory = 'default') {
-  const up = await kit.upload(`${API}/attach/tmp`, [['refDomain', 'demo'], ['refCategory', refCategory], ['file', blob, name]])
-  const item = (await up.json()).files[0]
-  expect(item.name, JSON.stringify(item)).toBeDefined()
-  const res = await kit.call(`${API}/attach/demo/${refKey}`, {
-    method: 'POST',
-    body: JSON.stringify({ [refCategory]: [{ savedName: item.name, displayName: name }] }),
-  })
-  expect(res.status).toBe(200)
-  const list = (await res.json()).attachList
-  return list[list.length - 1]
-}
 
 const jpeg = async (width: number, height: number, orientation?: number) => {
   let img = sharp({ create: { width, height, channels: 3, background: { r: 10, g: 120, b: 200 } } }).jpeg()

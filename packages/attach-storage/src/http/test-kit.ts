@@ -143,3 +143,17 @@ export async function png(width = 4, height = 3): Promise<Blob> {
   const buf = await sharp({ create: { width, height, channels: 3, background: { r: 200, g: 10, b: 10 } } }).png().toBuffer()
   return new Blob([new Uint8Array(buf)], { type: 'image/png' })
 }
+
+/** Temporary upload then confirmed save of one file into `demo/{refKey}/{refCategory}`; answers its record. */
+export async function saveFile(kit: Kit, blob: Blob, name: string, refKey: string, refCategory = 'default'): Promise<any> {
+  const up = await kit.upload('/api/storage/attach/tmp', [['refDomain', 'demo'], ['refCategory', refCategory], ['file', blob, name]])
+  const item = (await up.json()).files[0]
+  if (!item?.name) throw new Error(`temporary upload failed: ${JSON.stringify(item)}`)
+  const res = await kit.call(`/api/storage/attach/demo/${refKey}`, {
+    method: 'POST',
+    body: JSON.stringify({ [refCategory]: [{ savedName: item.name, displayName: name }] }),
+  })
+  if (res.status !== 200) throw new Error(`confirmed save answered ${res.status}: ${await res.text()}`)
+  const list = (await res.json()).attachList
+  return list[list.length - 1]
+}

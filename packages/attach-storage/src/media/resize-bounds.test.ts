@@ -6,25 +6,13 @@
 import { PassThrough, type Readable } from 'node:stream'
 import sharp from 'sharp'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { makeKit, type Kit } from '../http/test-kit.js'
+import { makeKit, saveFile, type Kit } from '../http/test-kit.js'
 import type { Store } from '../stores/store.js'
 import { Resizer } from './resize.js'
 
 const API = '/api/storage'
 const ASSETS = '/assets/storage'
 
-async function saveFile(kit: Kit, blob: Blob, name: string, refKey: string, refCategory = 'image') {
-  const up = await kit.upload(`${API}/attach/tmp`, [['refDomain', 'demo'], ['refCategory', refCategory], ['file', blob, name]])
-  const item = (await up.json()).files[0]
-  expect(item.name, JSON.stringify(item)).toBeDefined()
-  const res = await kit.call(`${API}/attach/demo/${refKey}`, {
-    method: 'POST',
-    body: JSON.stringify({ [refCategory]: [{ savedName: item.name, displayName: name }] }),
-  })
-  expect(res.status).toBe(200)
-  const list = (await res.json()).attachList
-  return list[list.length - 1]
-}
 
 const jpeg = async (width: number, height: number) =>
   new Blob([new Uint8Array(await sharp({ create: { width, height, channels: 3, background: { r: 10, g: 120, b: 200 } } }).jpeg().toBuffer())], {
@@ -88,7 +76,7 @@ describe('resize bounds', () => {
   })
 
   it('stores at most resize.max-variants (16) variants per attachment; further sizes are made and served, not stored', async () => {
-    const rec = await saveFile(kit, await jpeg(400, 400), 'many.jpg', '900')
+    const rec = await saveFile(kit, await jpeg(400, 400), 'many.jpg', '900', 'image')
     const before = kit.storage.resizer.transient
     const widths = Array.from({ length: 120 }, (_, i) => 100 + i)
     // Sixteen distinct first requests at a time: within concurrency + queue, so none is refused, and the
@@ -116,7 +104,7 @@ describe('resize bounds', () => {
   it('holds the limit when every first request arrives at once', async () => {
     const k = await makeKit('sqlite', { config: { resize: { maxVariants: 3, concurrency: 4, queue: 40 } } })
     try {
-      const rec = await saveFile(k, await jpeg(300, 300), 'race.jpg', '1')
+      const rec = await saveFile(k, await jpeg(300, 300), 'race.jpg', '1', 'image')
       const answers = await Promise.all(
         Array.from({ length: 30 }, (_, i) => k.handler.fetch(new Request(`http://x${ASSETS}/attach/view/${rec.id}?w=${50 + i}`))),
       )
@@ -129,7 +117,7 @@ describe('resize bounds', () => {
   })
 
   it('answers 503 busy with Retry-After past resize.concurrency + resize.queue, and resizes again once there is room', async () => {
-    const rec = await saveFile(kit, await jpeg(300, 200), 'busy.jpg', '901')
+    const rec = await saveFile(kit, await jpeg(300, 200), 'busy.jpg', '901', 'image')
     const store = blockingStore()
     // Two resizes run and sixteen wait: the queue is full.
     const held = Array.from({ length: 18 }, (_, i) =>
@@ -186,12 +174,12 @@ describe('resize bounds', () => {
     expect(await dims(await get(`/attach/view/${rec.id}`))).toEqual([600, 400, 'jpeg'])
     expect(await variantsOf(rec)).toHaveLength(2)
     // A category without sizes takes any size within 1..4096.
-    const free = await saveFile(kit, await jpeg(600, 400), 'free.jpg', '903')
+    const free = await saveFile(kit, await jpeg(600, 400), 'free.jpg', '903', 'image')
     expect(await dims(await get(`/attach/view/${free.id}?w=101`))).toEqual([101, 67, 'jpeg'])
   })
 
   it('makes no variant on HEAD: the original’s headers until a GET makes it, then the variant’s', async () => {
-    const rec = await saveFile(kit, await jpeg(500, 500), 'head.jpg', '904')
+    const rec = await saveFile(kit, await jpeg(500, 500), 'head.jpg', '904', 'image')
     const generated = kit.storage.resizer.generated
     const head = await get(`/attach/view/${rec.id}?w=120`, { method: 'HEAD' })
     expect(head.status).toBe(200)

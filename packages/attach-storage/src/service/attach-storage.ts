@@ -779,16 +779,7 @@ export class AttachStorage {
       // The target category's filters run on the stored bytes, as for a temporary file of another category.
       const reuseStore = this.store(blob.store)
       const reuseKey = storeKey(blob.savedDir, blob.savedName)
-      const refused = await this.#runFilters(category, [], {
-        displayName: holder.displayName,
-        extension: extensionOf(holder.displayName),
-        size: blob.fileSize,
-        type: blob.fileType,
-        sha256: blob.sha256,
-        head: await this.#readHead(reuseStore, reuseKey),
-        open: () => reuseStore.get(reuseKey),
-      })
-      if (refused) throw badRequest(`${refused.code}: ${refused.message}`, refused.code)
+      await this.#refilter(category, { displayName: holder.displayName, size: blob.fileSize, type: blob.fileType, sha256: blob.sha256 }, reuseStore, reuseKey)
       const rec = await this.#repo!.createRecord(
         blob.id,
         {
@@ -880,16 +871,7 @@ export class AttachStorage {
     if (meta.refCategory !== ctx.refCategory) {
       // The target category's own filters must pass too; a lax category is no way around a strict one.
       const [from, fromKey] = placed ? [store, key] : [tmp, tmpFile]
-      const error = await this.#runFilters(category, [], {
-        displayName: meta.displayName,
-        extension: extensionOf(meta.displayName),
-        size: meta.size,
-        type: meta.type,
-        sha256: meta.sha256,
-        head: await this.#readHead(from, fromKey),
-        open: () => from.get(fromKey),
-      })
-      if (error) throw badRequest(`${error.code}: ${error.message}`, error.code)
+      await this.#refilter(category, meta, from, fromKey)
     }
     if (blob) {
       if (!(await this.#repo!.touchPendingBlob(blob.id))) throw busy()
@@ -949,6 +931,28 @@ export class AttachStorage {
     await tmp.delete(tmpMetaKey(savedName)).catch(() => undefined)
     await pause('done')
     return rec
+  }
+
+  /**
+   * Runs a category's own filter chain on a stored file (one moving into the category from another, or
+   * reused through `savedDir`); a refusal throws a 400 with the filter's code.
+   */
+  async #refilter(
+    category: RegisteredCategory,
+    file: { displayName: string; size: number; type: string; sha256: string },
+    store: Store,
+    key: string,
+  ): Promise<void> {
+    const error = await this.#runFilters(category, [], {
+      displayName: file.displayName,
+      extension: extensionOf(file.displayName),
+      size: file.size,
+      type: file.type,
+      sha256: file.sha256,
+      head: await this.#readHead(store, key),
+      open: () => store.get(key),
+    })
+    if (error) throw badRequest(`${error.code}: ${error.message}`, error.code)
   }
 
   async #readHead(store: Store, key: string): Promise<Uint8Array> {

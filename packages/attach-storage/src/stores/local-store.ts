@@ -45,6 +45,16 @@ const isMissing = (err: unknown): boolean => {
   return code === 'ENOENT' || code === 'ENOTDIR'
 }
 
+/** A directory's entries, or undefined when it does not exist (any other failure throws). */
+async function readDirOrNone(dir: string): Promise<Dirent[] | undefined> {
+  try {
+    return await readdir(dir, { withFileTypes: true })
+  } catch (err) {
+    if (isMissing(err)) return undefined
+    throw err
+  }
+}
+
 /**
  * A {@link Store} on the local file system, under one base directory.
  *
@@ -237,13 +247,8 @@ export class LocalStore implements Store {
   async sweepPartials(olderThan: Date): Promise<number> {
     let removed = 0
     const visit = async (dir: string): Promise<void> => {
-      let entries: Dirent[]
-      try {
-        entries = await readdir(dir, { withFileTypes: true })
-      } catch (err) {
-        if (isMissing(err)) return
-        throw err
-      }
+      const entries = await readDirOrNone(dir)
+      if (!entries) return
       let gone = false
       for (const entry of entries) {
         const path = join(dir, entry.name)
@@ -409,13 +414,8 @@ export class LocalStore implements Store {
   }
 
   async *#walk(dir: string, keyPrefix: string): AsyncGenerator<StoreListEntry> {
-    let entries: Dirent[]
-    try {
-      entries = await readdir(dir, { withFileTypes: true })
-    } catch (err) {
-      if (isMissing(err)) return
-      throw err
-    }
+    const entries = await readDirOrNone(dir)
+    if (!entries) return
     for (const entry of entries) {
       const name = entry.name
       // Dot-files (among them every `.x.y.partial` temporary file) and names no key can have are skipped;
