@@ -61,29 +61,37 @@ export async function makeKit(
     if (!user) return false
     return file.id === null || String(file.createdBy) === String(user.id)
   }
-  const storage = await createAttachStorage({
-    db: t.db,
-    jwt: { secret: SECRET },
-    logger,
-    ...overrides,
-    config: {
-      directory: { baseDir, tmpDir },
-      domains: {
-        demo: { categories: { default: {}, image: { filters: ['image'] }, private: {} } },
-        board: { categories: { default: {}, image: { filters: ['image'] } } },
-      },
-      ...overrides.config,
-    },
-    registrar: async (registry, s) => {
-      registry.registerCategory('demo', 'private', { secureAccess: privateAccess })
-      registry.registerCategory('demo', 'throws', {
-        secureAccess: () => {
-          throw new Error('boom')
+  let storage: AttachStorage
+  try {
+    storage = await createAttachStorage({
+      db: t.db,
+      jwt: { secret: SECRET },
+      logger,
+      ...overrides,
+      config: {
+        directory: { baseDir, tmpDir },
+        domains: {
+          demo: { categories: { default: {}, image: { filters: ['image'] }, private: {} } },
+          board: { categories: { default: {}, image: { filters: ['image'] } } },
         },
-      })
-      await overrides.registrar?.(registry, s)
-    },
-  })
+        ...overrides.config,
+      },
+      registrar: async (registry, s) => {
+        registry.registerCategory('demo', 'private', { secureAccess: privateAccess })
+        registry.registerCategory('demo', 'throws', {
+          secureAccess: () => {
+            throw new Error('boom')
+          },
+        })
+        await overrides.registrar?.(registry, s)
+      },
+    })
+  } catch (err) {
+    // A configuration the test expects to be refused leaves no database or directory behind.
+    await t.cleanup()
+    await rm(dir, { recursive: true, force: true })
+    throw err
+  }
   const handler = createAttachHandler(storage)
   const auth = async (user: string | null | undefined): Promise<Record<string, string>> =>
     user === null ? {} : { authorization: `Bearer ${await token(user ?? '7')}` }
