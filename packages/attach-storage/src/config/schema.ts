@@ -201,6 +201,11 @@ export const AttachConfigSchema = v.object({
     v.object({
       /** Most ids one ZIP request may name. @default 500 */
       maxFiles: v.optional(v.pipe(v.number(), v.integer(), v.minValue(1)), 500),
+      /**
+       * Most ZIP downloads streaming at once in this process; one more answers 503 `busy` with
+       * `Retry-After`. Each reads up to `maxFiles` files and deflates them. @default 4
+       */
+      concurrency: v.optional(v.pipe(v.number(), v.integer(), v.minValue(1)), 4),
     }),
     {},
   ),

@@ -383,4 +383,42 @@ describe('small bounds of the JSON group', () => {
   })
 })
 
+describe('ZIP downloads are bounded per process', () => {
+  let kit: Kit
+  beforeAll(async () => {
+    kit = await makeKit('sqlite', { config: { zip: { concurrency: 1 } } })
+  })
+  afterAll(async () => kit?.cleanup())
 
+  it('answers 503 busy with Retry-After past zip.concurrency, and frees the slot when a ZIP ends or its client goes away', async () => {
+    const { default: recs = [] } = await seed(kit, 'zip', { default: ['a.txt', 'b.txt'] })
+    const zip = (signal?: AbortSignal) =>
+      kit.handler.fetch(
+        new Request(`http://x${ASSETS}/attach/download`, {
+          method: 'POST',
+          body: JSON.stringify({ ids: recs.map((r) => r.id) }),
+          headers: { 'content-type': 'application/json' },
+          signal,
+        }),
+      )
+    const first = await zip()
+    expect(first.status).toBe(200)
+    const second = await zip()
+    expect(second.status).toBe(503)
+    expect(second.headers.get('retry-after')).toBe('5')
+    expect(await second.json()).toMatchObject({ code: 'busy', message: expect.any(String) })
+    // Once the first archive is read to its end, the slot is free again.
+    expect((await first.arrayBuffer()).byteLength).toBeGreaterThan(0)
+    await new Promise((r) => setTimeout(r, 20))
+    const third = new AbortController()
+    const res = await zip(third.signal)
+    expect(res.status).toBe(200)
+    // A client that goes away frees it too.
+    third.abort()
+    await res.body?.cancel().catch(() => undefined)
+    await new Promise((r) => setTimeout(r, 20))
+    const fourth = await zip()
+    expect(fourth.status).toBe(200)
+    await fourth.arrayBuffer()
+  })
+})

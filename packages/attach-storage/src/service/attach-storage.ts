@@ -215,6 +215,8 @@ export class AttachStorage {
   #init: Promise<void> | undefined
   /** Makes and caches resized variants. */
   readonly resizer: Resizer
+  /** ZIP downloads streaming now (bounded by `zip.concurrency`). */
+  #zipsRunning = 0
   /** Signs view URLs of guarded records (when `signing.secret` is set). */
   readonly #signer: UrlSigner | undefined
   readonly #hooks = new Map<keyof AttachEvents, Set<AttachEventHook<any>>>()
@@ -1526,6 +1528,12 @@ export class AttachStorage {
     for (const id of ids) {
       if (typeof id !== 'number' || !Number.isSafeInteger(id) || id <= 0) throw badRequest('ids must be positive integers')
     }
+    if (this.#zipsRunning >= this.config.zip.concurrency) {
+      throw new AttachStorageError('busy', 'Too many ZIP downloads are running; try again shortly', {
+        status: 503,
+        headers: { 'retry-after': String(ZIP_RETRY_AFTER) },
+      })
+    }
     const found = new Map((await this.repository.findByIds([...new Set(ids as number[])])).map((r) => [r.id, r]))
     const allowed: AttachmentRecord[] = []
     for (const id of ids as number[]) {
@@ -1555,6 +1563,9 @@ export class AttachStorage {
     const stream = createZipStream(sources, {
       onSkip: (src, err) => this.logger.warn(`attach-storage: ${src.name} left out of a ZIP`, err),
     })
+    // The slot is held until the archive is sent, fails, or its client goes away.
+    this.#zipsRunning++
+    stream.once('close', () => this.#zipsRunning--)
     return { fileName, stream }
   }
 
@@ -1597,6 +1608,9 @@ export class AttachStorage {
     return { temporaryFiles, blobs, partialFiles }
   }
 }
+
+/** Seconds a client is asked to wait when every ZIP slot is taken. */
+const ZIP_RETRY_AFTER = 5
 
 /** Most matching rows a conditional list over guarded categories reads to find the readable ones. */
 const GUARDED_LIST_MAX = 10_000
