@@ -323,9 +323,9 @@ describe('FtpStore settings', () => {
   }
 
   it('requires host', () => {
-    expect(problem({ type: 'ftp' }).message).toMatch(/attach\.stores\.remote .*"host" is required/)
-    expect(problem({ type: 'ftp', host: '  ' }).message).toMatch(/"host" is required/)
-    expect(problem({ type: 'ftp', host: 'ftp://example.com/x' }).message).toMatch(/"host" must be a bare host name/)
+    expect(problem({ type: 'ftp' }).message).toMatch(/attach\.stores\.remote .*missing required settings: host/)
+    expect(problem({ type: 'ftp', host: '  ' }).message).toMatch(/missing required settings: host/)
+    expect(problem({ type: 'ftp', host: 'ftp://example.com/x' }).message).toMatch(/\.host must be a bare host name/)
   })
 
   it('names every problem at once, with hints for near misses', () => {
@@ -340,13 +340,13 @@ describe('FtpStore settings', () => {
       root: '/a/../b',
       password: 42,
     }).message
-    expect(message).toMatch(/"port" must be an integer from 1 to 65535/)
-    expect(message).toMatch(/"poolSize" must be an integer from 2 to 64/)
-    expect(message).toMatch(/"secure" must be true, false or "implicit"/)
+    expect(message).toMatch(/\.port must be an integer from 1 to 65535/)
+    expect(message).toMatch(/\.pool-size must be an integer from 2 to 64/)
+    expect(message).toMatch(/\.secure must be true, false or "implicit"/)
     expect(message).toMatch(/unknown setting "username" \(did you mean "user"\?\)/)
-    expect(message).toMatch(/"timeout" must be a number of seconds or a duration/)
-    expect(message).toMatch(/"root" must not hold "\.\." segments/)
-    expect(message).toMatch(/"password" must be a string/)
+    expect(message).toMatch(/\.timeout must be a number of seconds or a duration/)
+    expect(message).toMatch(/\.root must be a directory path without control characters and without "\.\." segments/)
+    expect(message).toMatch(/\.password must be a string/)
   })
 
   it('applies defaults and accepts values as a configuration file gives them', () => {

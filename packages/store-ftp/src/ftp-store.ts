@@ -6,14 +6,17 @@ import {
   AttachStorageError,
   normalizeKey,
   normalizePrefix,
+  notFoundError,
+  redact,
+  resolveRange,
+  storeFailure,
   type ByteRange,
   type PutOptions,
   type Store,
   type StoreFactory,
   type StoreListEntry,
   type StoreStat,
-  resolveRange,
-} from 'attach-storage'
+} from 'attach-storage/store-kit'
 import { Client, FTPError, type FileInfo, type FTPResponse } from 'basic-ftp'
 import { ClientPool } from './pool.js'
 import { retrieve, type RetrieveMode } from './retrieve.js'
@@ -112,7 +115,7 @@ export class FtpStore implements Store {
       try {
         lastModified = await c.lastMod(path)
       } catch (err) {
-        if (isMissing(err)) throw this.#notFound(key)
+        if (isMissing(err)) throw notFoundError(this.name, key)
         throw err
       }
       if (Number.isNaN(lastModified.getTime())) throw new Error('the server answered MDTM with no valid time')
@@ -344,7 +347,7 @@ export class FtpStore implements Store {
       return stream
     } catch (err) {
       await retrieval.done
-      if (err instanceof FTPError && !client.closed && !(await this.#isFile(client, path))) throw this.#notFound(key)
+      if (err instanceof FTPError && !client.closed && !(await this.#isFile(client, path))) throw notFoundError(this.name, key)
       throw err
     }
   }
@@ -428,7 +431,7 @@ export class FtpStore implements Store {
       } catch (err) {
         if (!(err instanceof FTPError) || client.closed) throw err
         if (!(await this.#isFile(client, from))) {
-          if (sourceKey !== undefined) throw this.#notFound(sourceKey)
+          if (sourceKey !== undefined) throw notFoundError(this.name, sourceKey)
           throw err
         }
         if (attempt >= REPLACE_ATTEMPTS || !(await this.#isFile(client, to))) throw err
@@ -464,14 +467,14 @@ export class FtpStore implements Store {
     try {
       res = await client.send(`SIZE ${path}`)
     } catch (err) {
-      if (isMissing(err)) throw this.#notFound(key)
+      if (isMissing(err)) throw notFoundError(this.name, key)
       throw err
     }
     const size = /^\d{3}[ -](\d+)\b/.exec(res.message.trim())
     if (size) return Number(size[1])
     // A 213 without a number (ftp-srv answers "213 File status" for an empty file): ask the listing.
     const entry = (await client.list(path)).find((e) => e.isFile)
-    if (entry === undefined) throw this.#notFound(key)
+    if (entry === undefined) throw notFoundError(this.name, key)
     return entry.size
   }
 
@@ -490,25 +493,18 @@ export class FtpStore implements Store {
     return res.code >= 200 && res.code < 300
   }
 
-  #notFound(key: string): AttachStorageError {
-    return new AttachStorageError('not-found', `No object at key ${JSON.stringify(key)} in store "${this.name}"`, {
-      status: 404,
-    })
-  }
-
   /** Wraps an error once as `store-failure`, without the password. */
   #failure(operation: string, keys: string[], err: unknown): AttachStorageError {
     if (err instanceof AttachStorageError) return err
     const what = keys.map((k) => JSON.stringify(k)).join(' → ')
-    const message = this.#scrub(
-      `FTP store "${this.name}": ${operation}${what ? ` ${what}` : ''} failed: ${reasonOf(err)}`,
-    )
-    return new AttachStorageError('store-failure', message, { status: 502, cause: this.#scrubbedCause(err) })
+    return storeFailure(`FTP store "${this.name}": ${operation}${what ? ` ${what}` : ''} failed: ${reasonOf(err)}`, {
+      cause: this.#scrubbedCause(err),
+      secrets: [this.#settings.password],
+    })
   }
 
   #scrub(text: string): string {
-    const { password } = this.#settings
-    return password === '' ? text : text.split(password).join('***')
+    return redact(text, [this.#settings.password])
   }
 
   /** The cause as given, unless its message (or its cause's) holds the password: then a clean copy. */

@@ -1,5 +1,5 @@
 import type { ConnectionOptions } from 'node:tls'
-import { AttachStorageError, parseDuration } from 'attach-storage'
+import { defineStoreSettings, setting } from 'attach-storage/store-kit'
 
 /**
  * Options of {@link FtpStore}: the settings of `attach.stores.<name>` with `type: ftp` (kebab-case in
@@ -92,104 +92,68 @@ export interface FtpSettings {
   idleTimeout: number
 }
 
-const KNOWN = new Set([
-  // Read by the core, not by the store.
-  'type',
-  'cdnUrl',
-  'host',
-  'port',
-  'user',
-  'password',
-  'secure',
-  'secureOptions',
-  'root',
-  'poolSize',
-  'timeout',
-  'idleTimeout',
-])
+const text = (x: unknown): x is string => typeof x === 'string' && !/[\r\n\u0000]/.test(x)
 
-const HINTS: Record<string, string> = {
-  username: 'user',
-  pass: 'password',
-  hostname: 'host',
-  basePath: 'root',
-  baseDir: 'root',
-  prefix: 'root',
-  tls: 'secure',
-  ftps: 'secure',
-  pool: 'poolSize',
-  connections: 'poolSize',
-}
+/** The settings of a store of type `ftp`. */
+export const ftpSettings = defineStoreSettings({
+  type: 'ftp',
+  required: ['host'],
+  secrets: ['password'],
+  entries: {
+    host: setting.check(
+      (x): x is string => typeof x === 'string' && !/[\s/\\@]/.test(x.trim()),
+      'must be a bare host name or address (no scheme, path, user or spaces)',
+    ),
+    port: setting.integer(1, 65535, undefined),
+    user: setting.check(text, 'must be a string without line breaks or NUL'),
+    password: setting.check(text, 'must be a string without line breaks or NUL'),
+    secure: setting.check(
+      (x): x is boolean | 'true' | 'false' | 'implicit' | 'explicit' =>
+        typeof x === 'boolean' || x === 'true' || x === 'false' || x === 'implicit' || x === 'explicit',
+      'must be true, false or "implicit"',
+    ),
+    secureOptions: setting.check(
+      (x): x is ConnectionOptions => typeof x === 'object' && x !== null && !Array.isArray(x),
+      'must be an object (tls.connect options)',
+    ),
+    root: setting.check(
+      (x): x is string =>
+        typeof x === 'string' && !/[\u0000-\u001f\u007f]/.test(x) && !x.split('/').some((segment) => segment === '..'),
+      'must be a directory path without control characters and without ".." segments',
+    ),
+    poolSize: setting.integer(2, 64, 4),
+    timeout: setting.duration(30_000),
+    idleTimeout: setting.duration(30_000),
+  },
+  hints: {
+    username: 'user',
+    pass: 'password',
+    hostname: 'host',
+    basePath: 'root',
+    baseDir: 'root',
+    prefix: 'root',
+    tls: 'secure',
+    ftps: 'secure',
+    pool: 'poolSize',
+    connections: 'poolSize',
+  },
+})
 
 /** Validates the settings of an FTP store; throws `config-invalid` naming every problem. */
 export function parseFtpSettings(name: string, input: Record<string, unknown> | FtpStoreOptions): FtpSettings {
-  const settings = (input ?? {}) as Record<string, unknown>
-  const problems: string[] = []
-  const where = `attach.stores.${name}`
-
-  for (const key of Object.keys(settings)) {
-    if (KNOWN.has(key)) continue
-    const hint = HINTS[key]
-    problems.push(`unknown setting "${key}"${hint ? ` (did you mean "${hint}"?)` : ''}`)
-  }
-
-  const host = settings.host
-  if (typeof host !== 'string' || host.trim() === '') {
-    problems.push('"host" is required (the FTP server\'s name or address)')
-  } else if (/[\s/\\@]/.test(host.trim())) {
-    problems.push('"host" must be a bare host name or address (no scheme, path, user or spaces)')
-  }
-
-  let secure: boolean | 'implicit' = false
-  const s = settings.secure
-  if (s === undefined || s === false || s === 'false') secure = false
-  else if (s === true || s === 'true' || s === 'explicit') secure = true
-  else if (s === 'implicit') secure = 'implicit'
-  else problems.push('"secure" must be true, false or "implicit"')
-
-  const port = integer(settings.port, 'port', 1, 65535, secure === 'implicit' ? 990 : 21, problems)
-  const poolSize = integer(settings.poolSize, 'poolSize', 2, 64, 4, problems)
-
-  const user = optionalString(settings.user, 'user', problems) ?? 'anonymous'
-  const password = optionalString(settings.password, 'password', problems) ?? 'guest'
-
-  let secureOptions: ConnectionOptions = {}
-  const so = settings.secureOptions
-  if (so !== undefined && so !== null) {
-    if (typeof so !== 'object' || Array.isArray(so)) {
-      problems.push('"secureOptions" must be an object (tls.connect options)')
-    }
-    else secureOptions = { ...(so as ConnectionOptions) }
-  }
-
-  let root: string | undefined
-  const r = settings.root
-  if (r !== undefined && r !== null && r !== '') {
-    if (typeof r !== 'string') problems.push('"root" must be a string')
-    else if (/[\u0000-\u001f\u007f]/.test(r)) problems.push('"root" must not hold control characters')
-    else if (r.split('/').some((segment) => segment === '..')) problems.push('"root" must not hold ".." segments')
-    else root = normalizeRoot(r)
-  }
-
-  const timeout = duration(settings.timeout, 'timeout', 30_000, problems)
-  const idleTimeout = duration(settings.idleTimeout, 'idleTimeout', 30_000, problems)
-
-  if (problems.length > 0) {
-    throw new AttachStorageError('config-invalid', `FTP store settings ${where} are invalid: ${problems.join('; ')}`, {
-      status: 500,
-    })
-  }
+  const s = ftpSettings.parse(name, input ?? {})
+  const secure = s.secure === 'implicit' ? 'implicit' : s.secure === true || s.secure === 'true' || s.secure === 'explicit'
   return {
-    host: (host as string).trim(),
-    port,
-    user,
-    password,
+    host: s.host!.trim(),
+    port: s.port ?? (secure === 'implicit' ? 990 : 21),
+    user: s.user ?? 'anonymous',
+    password: s.password ?? 'guest',
     secure,
-    secureOptions,
-    root,
-    poolSize,
-    timeout,
-    idleTimeout,
+    secureOptions: { ...s.secureOptions },
+    root: s.root === undefined ? undefined : normalizeRoot(s.root),
+    poolSize: s.poolSize,
+    timeout: s.timeout,
+    idleTimeout: s.idleTimeout,
   }
 }
 
@@ -201,44 +165,4 @@ function normalizeRoot(root: string): string | undefined {
   const parts = root.split('/').filter((p) => p !== '' && p !== '.')
   if (root.startsWith('/')) return parts.length > 0 ? `/${parts.join('/')}` : ''
   return parts.length > 0 ? parts.join('/') : undefined
-}
-
-function integer(
-  value: unknown,
-  key: string,
-  min: number,
-  max: number,
-  fallback: number,
-  problems: string[],
-): number {
-  if (value === undefined || value === null || value === '') return fallback
-  const n = typeof value === 'string' && /^\s*\d+\s*$/.test(value) ? Number(value) : value
-  if (typeof n !== 'number' || !Number.isInteger(n) || n < min || n > max) {
-    problems.push(`"${key}" must be an integer from ${min} to ${max}`)
-    return fallback
-  }
-  return n
-}
-
-function optionalString(value: unknown, key: string, problems: string[]): string | undefined {
-  if (value === undefined || value === null) return undefined
-  if (typeof value !== 'string') {
-    problems.push(`"${key}" must be a string`)
-    return undefined
-  }
-  if (/[\r\n\u0000]/.test(value)) {
-    problems.push(`"${key}" must not hold line breaks or NUL`)
-    return undefined
-  }
-  return value
-}
-
-function duration(value: unknown, key: string, fallback: number, problems: string[]): number {
-  if (value === undefined || value === null || value === '') return fallback
-  const ms = parseDuration(value)
-  if (ms === undefined) {
-    problems.push(`"${key}" must be a number of seconds or a duration such as "30s" or "500ms"`)
-    return fallback
-  }
-  return ms
 }

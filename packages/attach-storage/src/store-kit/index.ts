@@ -17,6 +17,7 @@ export {
 } from './settings.js'
 export { badKeyError, isValidRange, notFoundError, quoteKey, rangeNotSatisfiable, redact, storeFailure } from './errors.js'
 export { prefixedKey, storePrefix, unprefixedKey } from './keys.js'
+export { resolveRange } from '../stores/range.js'
 export { AttachStorageError } from '../errors.js'
 export { normalizeKey, normalizePrefix, joinKey, isNormalKey, MAX_KEY_LENGTH } from '../stores/key.js'
 export { parseDuration, parseSize } from '../config/units.js'

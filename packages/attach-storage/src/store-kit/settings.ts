@@ -202,15 +202,19 @@ export const setting = {
   duration: <F extends number | undefined>(fallback: F, range: { min?: number; max?: number } = {}) => {
     const { min = 0, max = Number.MAX_SAFE_INTEGER } = range
     const bounds =
-      min > 0 || max < Number.MAX_SAFE_INTEGER
-        ? ` from ${min < 1000 ? `${min} ms` : `${min / 1000} s`}${max < Number.MAX_SAFE_INTEGER ? ` to ${max / 1000} s` : ''}`
-        : ''
+      min > 0 && max < Number.MAX_SAFE_INTEGER
+        ? `, from ${min / 1000} s to ${max / 1000} s`
+        : min > 0
+          ? `, at least ${min / 1000} s`
+          : max < Number.MAX_SAFE_INTEGER
+            ? `, at most ${max / 1000} s`
+            : ''
     return custom<number, F>(
       (x) => {
         const ms = parseDuration(x)
         return ms !== undefined && ms >= min && ms <= max ? ms : INVALID
       },
-      `must be a duration${bounds}: a number of seconds, or a string such as "30s" or "500ms"`,
+      `must be a number of seconds or a duration such as "30s" or "500ms"${bounds}`,
       fallback,
     )
   },
