@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs'
 import { userInfo } from 'node:os'
 import { posix } from 'node:path'
-import { AttachStorageError, parseDuration } from 'attach-storage'
+import { defineStoreSettings, redact, setting, settingsError } from 'attach-storage/store-kit'
 import { parseKey, type ParsedKey } from './sftp-client.js'
 
 /**
@@ -82,103 +82,64 @@ export interface AuthSecrets {
   secrets: string[]
 }
 
-/** Settings the core reads itself and every store may carry. */
-const CORE_KEYS = new Set(['type', 'cdnUrl'])
-const KNOWN_KEYS = new Set([
-  'host',
-  'port',
-  'username',
-  'password',
-  'privateKey',
-  'passphrase',
-  'root',
-  'hostHash',
-  'poolSize',
-  'connectTimeout',
-  'timeout',
-  'keepaliveInterval',
-  'serverCopy',
-])
-
-const kebab = (key: string): string => key.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)
+/** The settings of a store of type `sftp`. */
+export const sftpSettings = defineStoreSettings({
+  type: 'sftp',
+  required: ['host'],
+  secrets: ['password', 'passphrase', 'privateKey'],
+  entries: {
+    host: setting.text(),
+    port: setting.integer(1, 65535, 22),
+    username: setting.text(),
+    password: setting.text(),
+    privateKey: setting.check(
+      (x): x is string | Uint8Array => typeof x === 'string' || x instanceof Uint8Array,
+      'must be the key text or the path of a key file',
+    ),
+    passphrase: setting.text(),
+    root: setting.check((x): x is string => typeof x === 'string' && !x.includes('\u0000'), 'must be a path without NUL bytes'),
+    hostHash: setting.check(
+      (x): x is string | string[] => typeof x === 'string' || (Array.isArray(x) && x.every((h) => typeof h === 'string')),
+      'must be a SHA-256 host key fingerprint, or a list of them',
+    ),
+    poolSize: setting.integer(1, 64, 4),
+    connectTimeout: setting.duration(10_000),
+    timeout: setting.duration(30_000),
+    keepaliveInterval: setting.duration(10_000),
+    serverCopy: setting.flag(true),
+  },
+})
 
 /**
  * Checks the settings of an SFTP store and applies the defaults. Throws `config-invalid` naming the
  * store and the setting; a message never quotes a password, passphrase or key.
  */
 export function resolveSettings(name: string, settings: Record<string, unknown>): ResolvedSettings {
-  const where = `attach.stores.${name} (type sftp)`
-  const fail = (message: string, cause?: unknown): never => {
-    throw new AttachStorageError('config-invalid', `${where}: ${message}`, { status: 500, cause })
+  const s = sftpSettings.parse(name, settings)
+  // The password, the passphrase and key text (never a key file's path, which messages name).
+  const secrets = [s.password, s.passphrase].filter((x): x is string => typeof x === 'string' && x !== '')
+  const fail = (key: string | undefined, message: string): never => {
+    throw settingsError(name, key, message, secrets)
   }
-  if (settings === null || typeof settings !== 'object') fail('settings must be an object')
+  const username = s.username ?? currentUser() ?? fail('username', 'is required (the process user has no name)')
+  const key = readPrivateKey(s.privateKey, s.passphrase, fail, secrets)
+  if (s.password === undefined && key === undefined) fail(undefined, 'needs a password or a private-key to log in')
 
-  const unknown = Object.keys(settings).filter((k) => !KNOWN_KEYS.has(k) && !CORE_KEYS.has(k))
-  if (unknown.length) {
-    fail(
-      `unknown settings: ${unknown.map(kebab).join(', ')} (known: ${[...KNOWN_KEYS].map(kebab).join(', ')})`,
-    )
-  }
-
-  const text = (key: string): string | undefined => {
-    const value = settings[key]
-    if (value === undefined || value === null) return undefined
-    if (typeof value !== 'string') fail(`${kebab(key)} must be a string`)
-    return value as string
-  }
-
-  const host = text('host')
-  if (host === undefined || host.trim() === '') fail('host is required')
-
-  const port = integer(settings.port, 22, 1, 65535) ?? fail(`port must be an integer from 1 to 65535`)
-  const poolSize = integer(settings.poolSize, 4, 1, 64) ?? fail(`pool-size must be an integer from 1 to 64`)
-
-  const duration = (key: string, fallback: number): number => {
-    const value = settings[key]
-    if (value === undefined || value === null) return fallback
-    const ms = parseDuration(value)
-    return ms ?? fail(`${kebab(key)} must be a number of seconds or a duration such as "30s"`)
-  }
-  const connectTimeout = duration('connectTimeout', 10_000)
-  const timeout = duration('timeout', 30_000)
-  const keepaliveInterval = duration('keepaliveInterval', 10_000)
-
-  let serverCopy = true
-  if (settings.serverCopy !== undefined && settings.serverCopy !== null) {
-    const v = settings.serverCopy
-    if (v === true || v === 'true') serverCopy = true
-    else if (v === false || v === 'false') serverCopy = false
-    else fail('server-copy must be true or false')
-  }
-
-  const username = text('username') ?? currentUser() ?? fail('username is required (the process user has no name)')
-  if (username === '') fail('username must not be empty')
-
-  const password = text('password')
-  const passphrase = text('passphrase')
-  const secrets = [password, passphrase].filter((s): s is string => typeof s === 'string' && s !== '')
-  const key = readPrivateKey(settings.privateKey, passphrase, fail, secrets)
-  if (password === undefined && key === undefined) fail('needs a password or a private-key to log in')
-
-  const rootIn = text('root') ?? ''
-  if (rootIn.includes('\u0000')) fail('root must not hold a NUL byte')
-  let root = rootIn === '' ? '.' : posix.normalize(rootIn)
+  let root = s.root === undefined ? '.' : posix.normalize(s.root)
   if (root.length > 1 && root.endsWith('/')) root = root.slice(0, -1)
 
-  const hostHashes = parseHostHashes(settings.hostHash, fail)
-
   return {
-    host: host as string,
-    port,
+    host: s.host!,
+    port: s.port,
     username,
-    auth: { password, key, secrets },
+    auth: { password: s.password, key, secrets },
     root,
-    hostHashes,
-    poolSize,
-    connectTimeout,
-    timeout,
-    keepaliveInterval,
-    serverCopy,
+    hostHashes: parseHostHashes(s.hostHash, fail),
+    poolSize: s.poolSize,
+    connectTimeout: s.connectTimeout,
+    timeout: s.timeout,
+    keepaliveInterval: s.keepaliveInterval,
+    serverCopy: s.serverCopy,
   }
 }
 
@@ -190,28 +151,21 @@ function currentUser(): string | undefined {
   }
 }
 
-function integer(value: unknown, fallback: number, min: number, max: number): number | undefined {
-  if (value === undefined || value === null || value === '') return fallback
-  const n = typeof value === 'string' && /^\s*\d+\s*$/.test(value) ? Number(value) : value
-  if (typeof n !== 'number' || !Number.isInteger(n) || n < min || n > max) return undefined
-  return n
-}
-
 /** Key text is recognised by its armour; anything else is a file path. */
 const KEY_TEXT = /-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----|^PuTTY-User-Key-File-/m
 
 function readPrivateKey(
-  value: unknown,
+  value: string | Uint8Array | undefined,
   passphrase: string | undefined,
-  fail: (message: string, cause?: unknown) => never,
+  fail: (key: string, message: string) => never,
   secrets: string[],
 ): ParsedKey | undefined {
-  if (value === undefined || value === null || value === '') return undefined
+  if (value === undefined) return undefined
   let data: string | Buffer
   if (value instanceof Uint8Array) {
     data = Buffer.from(value)
     secrets.push(data.toString('utf8').trim())
-  } else if (typeof value === 'string') {
+  } else {
     if (KEY_TEXT.test(value)) {
       data = value
       secrets.push(value.trim())
@@ -220,12 +174,10 @@ function readPrivateKey(
         data = readFileSync(value)
       } catch (err) {
         const code = (err as NodeJS.ErrnoException).code ?? 'error'
-        return fail(`private-key file ${JSON.stringify(value)} cannot be read (${code})`)
+        return fail('privateKey', `file ${JSON.stringify(value)} cannot be read (${code})`)
       }
       secrets.push(data.toString('utf8').trim())
     }
-  } else {
-    return fail('private-key must be the key text or the path of a key file')
   }
   let parsed: ParsedKey | ParsedKey[] | Error
   try {
@@ -236,15 +188,15 @@ function readPrivateKey(
   if (parsed instanceof Error) {
     // The parser's messages ("Bad passphrase", "Unsupported key format", …) never quote the key.
     const hint = passphrase === undefined ? ' (is it encrypted? then set passphrase)' : ' (wrong passphrase?)'
-    return fail(`private-key cannot be parsed: ${parsed.message}${hint}`)
+    return fail('privateKey', `cannot be parsed: ${parsed.message}${hint}`)
   }
   const key = Array.isArray(parsed) ? parsed[0] : parsed
-  if (key === undefined || !key.isPrivateKey()) return fail('private-key holds no private key')
+  if (key === undefined || !key.isPrivateKey()) return fail('privateKey', 'holds no private key')
   return key
 }
 
-function parseHostHashes(value: unknown, fail: (message: string) => never): Buffer[] | undefined {
-  if (value === undefined || value === null || value === '') return undefined
+function parseHostHashes(value: string | string[] | undefined, fail: (key: string, message: string) => never): Buffer[] | undefined {
+  if (value === undefined) return undefined
   const list = Array.isArray(value) ? value : [value]
   if (list.length === 0) return undefined
   return list.map((item) => {
@@ -252,7 +204,8 @@ function parseHostHashes(value: unknown, fail: (message: string) => never): Buff
     return (
       digest ??
       fail(
-        `host-hash must be a SHA-256 host key fingerprint ("SHA256:" and 43 base64 characters, as ssh-keygen -l prints it, or 64 hex digits); got ${JSON.stringify(item)}`,
+        'hostHash',
+        `must be a SHA-256 host key fingerprint ("SHA256:" and 43 base64 characters, as ssh-keygen -l prints it, or 64 hex digits); got ${JSON.stringify(item)}`,
       )
     )
   })
@@ -273,10 +226,4 @@ export function parseFingerprint(text: string): Buffer | undefined {
 export const formatFingerprint = (digest: Buffer): string => `SHA256:${digest.toString('base64').replace(/=+$/, '')}`
 
 /** `text` with every secret replaced by `***`. */
-export function scrub(text: string, secrets: readonly string[]): string {
-  let out = text
-  for (const secret of secrets) {
-    if (secret.length >= 3) out = out.split(secret).join('***')
-  }
-  return out
-}
+export const scrub = (text: string, secrets: readonly string[]): string => redact(text, secrets)
