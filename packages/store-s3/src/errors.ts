@@ -1,4 +1,4 @@
-import { AttachStorageError } from 'attach-storage'
+import { redact } from 'attach-storage/store-kit'
 
 /** What an SDK (or network) error looks like from here. */
 interface SdkErrorLike {
@@ -53,13 +53,6 @@ export function sizeFromRangeError(err: unknown): number | undefined {
 }
 
 export const isAbortError = (err: unknown): boolean => errorName(err) === 'AbortError'
-
-/** Replaces every occurrence of the given secrets in `text` with `***`. */
-export function redact(text: string, secrets: readonly string[]): string {
-  let out = text
-  for (const secret of secrets) if (secret.length >= 4) out = out.split(secret).join('***')
-  return out
-}
 
 /** Error fields of S3 answers that echo signing material or the access key; never kept. */
 const DROPPED = new Set([

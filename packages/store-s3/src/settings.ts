@@ -1,4 +1,4 @@
-import { AttachStorageError, normalizePrefix, parseDuration, parseSize } from 'attach-storage'
+import { defineStoreSettings, setting, settingsError } from 'attach-storage/store-kit'
 
 const MiB = 1024 * 1024
 const GiB = 1024 * MiB
@@ -90,31 +90,42 @@ export interface ResolvedS3Settings {
   verifyOnStart: boolean
 }
 
-/** Every setting an S3 store reads; `type` is the core's. */
-export const KNOWN_SETTINGS = [
-  'type',
-  'bucket',
-  'region',
-  'accessKey',
-  'secretKey',
-  'sessionToken',
-  'endpoint',
-  'forcePathStyle',
-  'prefix',
-  'cdnUrl',
-  'requestChecksumCalculation',
-  'responseChecksumValidation',
-  'connectTimeout',
-  'socketTimeout',
-  'maxAttempts',
-  'partSize',
-  'queueSize',
-  'multipartCopyThreshold',
-  'copyPartSize',
-  'verifyOnStart',
-] as const
+const checksumOf = (x: unknown): ChecksumMode | undefined => {
+  const upper = typeof x === 'string' ? x.trim().toUpperCase().replace(/-/g, '_') : undefined
+  return upper === 'WHEN_REQUIRED' || upper === 'WHEN_SUPPORTED' ? upper : undefined
+}
+const checksum = () =>
+  setting.check((x): x is string => checksumOf(x) !== undefined, 'must be WHEN_REQUIRED or WHEN_SUPPORTED')
 
-const kebab = (key: string): string => key.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)
+/** The settings of a store of type `s3`. */
+export const s3Settings = defineStoreSettings({
+  type: 's3',
+  required: ['bucket', 'region'],
+  secrets: ['accessKey', 'secretKey', 'sessionToken'],
+  entries: {
+    bucket: setting.check(
+      (x): x is string => typeof x === 'string' && x.trim() === x && !x.includes('/'),
+      'must be a bucket name, without "/" or surrounding spaces',
+    ),
+    region: setting.text(),
+    accessKey: setting.text(),
+    secretKey: setting.text(),
+    sessionToken: setting.text(),
+    endpoint: setting.text(),
+    forcePathStyle: setting.flag(false),
+    prefix: setting.prefix(),
+    requestChecksumCalculation: checksum(),
+    responseChecksumValidation: checksum(),
+    connectTimeout: setting.duration(10_000, { min: 1 }),
+    socketTimeout: setting.duration(60_000, { min: 1 }),
+    maxAttempts: setting.integer(1, 20, 3),
+    partSize: setting.size(8 * MiB, MIN_PART_SIZE, MAX_PART_SIZE),
+    queueSize: setting.integer(1, 64, 4),
+    multipartCopyThreshold: setting.size(MAX_PART_SIZE, MIN_PART_SIZE, MAX_PART_SIZE),
+    copyPartSize: setting.size(512 * MiB, MIN_PART_SIZE, MAX_PART_SIZE),
+    verifyOnStart: setting.flag(false),
+  },
+})
 
 /**
  * Validates the settings of store `name` and applies the defaults. Throws `config-invalid` naming the
@@ -123,149 +134,56 @@ const kebab = (key: string): string => key.replace(/[A-Z]/g, (c) => `-${c.toLowe
 export function resolveS3Settings(
   name: string,
   settings: Record<string, unknown>,
-  options: { extraKeys?: readonly string[]; regionOptional?: boolean } = {},
+  options: { regionOptional?: boolean } = {},
 ): ResolvedS3Settings {
-  const where = `S3 store "${name}"`
-  const invalid = (message: string): AttachStorageError =>
-    new AttachStorageError('config-invalid', `${where}: ${message}`, { status: 500 })
-  if (settings === null || typeof settings !== 'object') throw invalid('its settings must be an object')
-
-  const known = new Set<string>([...KNOWN_SETTINGS, ...(options.extraKeys ?? [])])
-  const unknown = Object.keys(settings).filter((k) => !known.has(k) && settings[k] !== undefined)
-  if (unknown.length) {
-    throw invalid(
-      `unknown setting${unknown.length > 1 ? 's' : ''} ${unknown.map((k) => `"${kebab(k)}"`).join(', ')}; ` +
-        `known: ${KNOWN_SETTINGS.filter((k) => k !== 'type')
-          .map(kebab)
-          .join(', ')}`,
-    )
-  }
-
-  const text = (key: string, required: boolean, secret = false): string | undefined => {
-    const value = settings[key]
-    if (value === undefined || value === null || value === '') {
-      if (required) throw invalid(`the "${kebab(key)}" setting is required`)
-      return undefined
-    }
-    if (typeof value !== 'string') {
-      throw invalid(`"${kebab(key)}" must be a string${secret ? '' : `, not ${JSON.stringify(value)}`}`)
-    }
-    if (value.trim() !== value) throw invalid(`"${kebab(key)}" has leading or trailing white space`)
-    return value
-  }
-  const flag = (key: string, fallback: boolean): boolean => {
-    const value = settings[key]
-    if (value === undefined || value === null || value === '') return fallback
-    if (typeof value === 'boolean') return value
-    if (value === 'true') return true
-    if (value === 'false') return false
-    throw invalid(`"${kebab(key)}" must be true or false, not ${JSON.stringify(value)}`)
-  }
-  const integer = (key: string, fallback: number, min: number, max: number): number => {
-    const value = settings[key]
-    if (value === undefined || value === null || value === '') return fallback
-    const n = typeof value === 'string' && /^\s*\d+\s*$/.test(value) ? Number(value) : value
-    if (typeof n !== 'number' || !Number.isSafeInteger(n) || n < min || n > max) {
-      throw invalid(`"${kebab(key)}" must be an integer from ${min} to ${max}, not ${JSON.stringify(value)}`)
-    }
-    return n
-  }
-  const duration = (key: string, fallback: number): number => {
-    const value = settings[key]
-    if (value === undefined || value === null || value === '') return fallback
-    const ms = parseDuration(value)
-    if (ms === undefined || ms <= 0) {
-      throw invalid(`"${kebab(key)}" must be a duration such as "10s" or "500ms" (a number means seconds), not ${JSON.stringify(value)}`)
-    }
-    return Math.max(1, Math.round(ms))
-  }
-  const size = (key: string, fallback: number, min: number, max: number): number => {
-    const value = settings[key]
-    if (value === undefined || value === null || value === '') return fallback
-    const bytes = parseSize(value)
-    if (bytes === undefined || bytes < min || bytes > max) {
-      throw invalid(
-        `"${kebab(key)}" must be a size from ${min / MiB} MiB to ${max / GiB} GiB (bytes, or a string such as "8MB"), not ${JSON.stringify(value)}`,
-      )
-    }
-    return bytes
-  }
-  const checksum = (key: string, fallback: ChecksumMode | undefined): ChecksumMode | undefined => {
-    const value = settings[key]
-    if (value === undefined || value === null || value === '') return fallback
-    const upper = typeof value === 'string' ? value.trim().toUpperCase().replace(/-/g, '_') : undefined
-    if (upper === 'WHEN_REQUIRED' || upper === 'WHEN_SUPPORTED') return upper
-    throw invalid(`"${kebab(key)}" must be WHEN_REQUIRED or WHEN_SUPPORTED, not ${JSON.stringify(value)}`)
-  }
-
-  const bucket = text('bucket', true) as string
-  if (bucket.includes('/')) throw invalid(`"bucket" must be a bucket name, without "/" (got ${JSON.stringify(bucket)})`)
-  const region = text('region', !options.regionOptional)
-
-  const accessKey = text('accessKey', false, true)
-  const secretKey = text('secretKey', false, true)
-  const sessionToken = text('sessionToken', false, true)
+  const s = s3Settings.parse(name, settings, options.regionOptional ? { required: ['bucket'] } : {})
+  const { accessKey, secretKey, sessionToken, endpoint } = s
   if ((accessKey === undefined) !== (secretKey === undefined)) {
-    throw invalid(
+    throw settingsError(
+      name,
+      undefined,
       `"access-key" and "secret-key" go together: give both, or neither to use the SDK's default credential chain ` +
         `(${accessKey === undefined ? '"access-key"' : '"secret-key"'} is missing)`,
+      s3Settings.secretValues(settings),
     )
   }
   if (sessionToken !== undefined && accessKey === undefined) {
-    throw invalid('"session-token" needs "access-key" and "secret-key"')
+    throw settingsError(name, undefined, '"session-token" needs "access-key" and "secret-key"')
   }
-
-  const endpoint = text('endpoint', false)
   if (endpoint !== undefined) {
-    let url: URL
+    let url: URL | undefined
     try {
       url = new URL(endpoint)
     } catch {
-      throw invalid(`"endpoint" must be an absolute http(s) URL, not ${JSON.stringify(endpoint)}`)
+      url = undefined
     }
-    if (url.protocol !== 'http:' && url.protocol !== 'https:') {
-      throw invalid(`"endpoint" must be an absolute http(s) URL, not ${JSON.stringify(endpoint)}`)
+    if (url === undefined || (url.protocol !== 'http:' && url.protocol !== 'https:')) {
+      throw settingsError(name, 'endpoint', `must be an absolute http(s) URL, not ${JSON.stringify(endpoint)}`)
     }
-    if (url.username || url.password) throw invalid('"endpoint" must not carry credentials; use "access-key" and "secret-key"')
-  }
-
-  let prefix = ''
-  const rawPrefix = text('prefix', false)
-  if (rawPrefix !== undefined && rawPrefix !== '/') {
-    try {
-      prefix = normalizePrefix(rawPrefix.endsWith('/') ? rawPrefix : `${rawPrefix}/`)
-    } catch (err) {
-      throw invalid(`"prefix" is not a valid key prefix: ${(err as Error).message}`)
+    if (url.username || url.password) {
+      throw settingsError(name, 'endpoint', 'must not carry credentials; use "access-key" and "secret-key"')
     }
   }
-  text('cdnUrl', false)
-
-  const requestChecksumCalculation = checksum('requestChecksumCalculation', endpoint ? 'WHEN_REQUIRED' : undefined)
-  const responseChecksumValidation = checksum('responseChecksumValidation', endpoint ? 'WHEN_REQUIRED' : undefined)
-
-  const partSize = size('partSize', 8 * MiB, MIN_PART_SIZE, MAX_PART_SIZE)
-  const copyPartSize = size('copyPartSize', 512 * MiB, MIN_PART_SIZE, MAX_PART_SIZE)
-  const multipartCopyThreshold = size('multipartCopyThreshold', MAX_PART_SIZE, MIN_PART_SIZE, MAX_PART_SIZE)
-
+  const byEndpoint = endpoint ? ('WHEN_REQUIRED' as const) : undefined
   return {
-    bucket,
-    region,
+    bucket: s.bucket!,
+    region: s.region,
     credentials:
       accessKey !== undefined && secretKey !== undefined
         ? { accessKeyId: accessKey, secretAccessKey: secretKey, ...(sessionToken !== undefined ? { sessionToken } : {}) }
         : undefined,
     endpoint,
-    forcePathStyle: flag('forcePathStyle', false),
-    prefix,
-    requestChecksumCalculation,
-    responseChecksumValidation,
-    connectTimeout: duration('connectTimeout', 10_000),
-    socketTimeout: duration('socketTimeout', 60_000),
-    maxAttempts: integer('maxAttempts', 3, 1, 20),
-    partSize,
-    queueSize: integer('queueSize', 4, 1, 64),
-    multipartCopyThreshold,
-    copyPartSize,
-    verifyOnStart: flag('verifyOnStart', false),
+    forcePathStyle: s.forcePathStyle,
+    prefix: s.prefix,
+    requestChecksumCalculation: checksumOf(s.requestChecksumCalculation) ?? byEndpoint,
+    responseChecksumValidation: checksumOf(s.responseChecksumValidation) ?? byEndpoint,
+    connectTimeout: Math.max(1, Math.round(s.connectTimeout)),
+    socketTimeout: Math.max(1, Math.round(s.socketTimeout)),
+    maxAttempts: s.maxAttempts,
+    partSize: s.partSize,
+    queueSize: s.queueSize,
+    multipartCopyThreshold: s.multipartCopyThreshold,
+    copyPartSize: s.copyPartSize,
+    verifyOnStart: s.verifyOnStart,
   }
 }

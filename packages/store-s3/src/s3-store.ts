@@ -1,0 +1,624 @@
+import { Readable, PassThrough } from 'node:stream'
+import { pipeline } from 'node:stream/promises'
+import {
+  AbortMultipartUploadCommand,
+  CompleteMultipartUploadCommand,
+  CopyObjectCommand,
+  CreateMultipartUploadCommand,
+  DeleteObjectCommand,
+  GetObjectCommand,
+  HeadBucketCommand,
+  HeadObjectCommand,
+  ListObjectsV2Command,
+  PutObjectCommand,
+  S3Client,
+  UploadPartCopyCommand,
+  type CompletedPart,
+  type HeadObjectCommandOutput,
+  type S3ClientConfig,
+} from '@aws-sdk/client-s3'
+import { Upload } from '@aws-sdk/lib-storage'
+import {
+  AttachStorageError,
+  badKeyError,
+  isNormalKey,
+  normalizePrefix,
+  notFoundError,
+  prefixedKey,
+  quoteKey,
+  rangeNotSatisfiable,
+  settingsError,
+  storeFailure,
+  type ByteRange,
+  type PutOptions,
+  type Store,
+  type StoreFactory,
+  type StoreListEntry,
+  type StoreStat,
+} from 'attach-storage/store-kit'
+import { isAbortError, isInvalidRange, isMissingObject, reasonOf, sanitizeCause, sizeFromRangeError } from './errors.js'
+import { MAX_PART_SIZE, resolveS3Settings, type ResolvedS3Settings, type S3StoreSettings } from './settings.js'
+
+const MiB = 1024 * 1024
+/** Objects up to this size are written with one PutObject; larger (or longer) bodies go multipart. */
+export const SINGLE_PUT_MAX = 5 * MiB
+/** S3's limit of parts per multipart upload. */
+const MAX_PARTS = 10_000
+/** S3's (and the core's) longest key, in bytes. */
+const MAX_S3_KEY_BYTES = 1024
+
+/**
+ * Options of the {@link S3Store} constructor: the {@link S3StoreSettings} of a configuration file, plus
+ * what only code can give, in the manner of flydrive's S3 driver: a ready SDK client, or extra SDK client
+ * configuration.
+ */
+export interface S3StoreOptions extends S3StoreSettings {
+  /**
+   * A ready client. The store uses it as is (its region, credentials, endpoint, checksum, retry and
+   * timeout configuration; the corresponding settings are then ignored, `region` is optional) and does
+   * not destroy it on `close()`: its owner does.
+   */
+  client?: S3Client
+  /**
+   * Extra `S3ClientConfig`, merged over what the settings produce when the store creates its own client
+   * (e.g. a custom `requestHandler`, `logger` or `credentials` provider).
+   */
+  clientConfig?: S3ClientConfig
+}
+
+/**
+ * A {@link Store} on one S3 bucket (optionally under a key prefix).
+ *
+ * - Keys go through `normalizeKey` before the prefix is added, so no key the SDK sees starts with `/` or
+ *   holds `..` (S3-compatible servers resolve those, real S3 keeps them literal).
+ * - `put` is atomic by S3 semantics: a body of at most 5 MiB is one PutObject; a longer one (or a stream
+ *   of unknown length that turns out longer) is a multipart upload (`@aws-sdk/lib-storage`), completed
+ *   only after the last byte was read. A failed or aborted put aborts the multipart upload, so no parts
+ *   are left behind (unless S3 is unreachable at that moment: keep an `AbortIncompleteMultipartUpload`
+ *   lifecycle rule on the bucket).
+ * - `get` streams the GetObject body (a ranged GetObject for a range); nothing is buffered or written to
+ *   a temporary file.
+ * - `move` is CopyObject + DeleteObject (UploadPartCopy for objects above `multipartCopyThreshold`,
+ *   5 GiB by default); it is not atomic: a crash between both leaves the object at both keys.
+ * - Errors: a missing object is `not-found` (404); a range past the end is `range-not-satisfiable`
+ *   (416, `details.size`); every other SDK or network failure is wrapped once as `store-failure` (502),
+ *   whose message names the operation and key, and which never carries a credential.
+ *
+ * @example
+ * const store = new S3Store('files', { bucket: 'my-bucket', region: 'eu-central-1', prefix: 'attach/' })
+ * await store.put('demo/2026/11/42/abc.png', bytes, { contentType: 'image/png' })
+ *
+ * @example
+ * // A ready client (its own configuration applies):
+ * const store = new S3Store('files', { bucket: 'my-bucket', client: new S3Client({ region: 'eu-central-1' }) })
+ */
+export class S3Store implements Store {
+  readonly type = 's3'
+  readonly name: string
+  /** The bucket. */
+  readonly bucket: string
+  /** The key prefix inside the bucket (`''` or a folder ending in `/`). */
+  readonly prefix: string
+  readonly #settings: ResolvedS3Settings
+  readonly #clientConfig: S3ClientConfig | undefined
+  readonly #ownsClient: boolean
+  /** Values that must never appear in a message. */
+  readonly #secrets: string[]
+  #client: S3Client | undefined
+
+  constructor(name: string, options: S3StoreOptions) {
+    const { client, clientConfig, ...settings } = options ?? ({} as S3StoreOptions)
+    if (client !== undefined && !(client instanceof S3Client)) {
+      throw settingsError(name, 'client', 'must be an S3Client of @aws-sdk/client-s3')
+    }
+    this.#settings = resolveS3Settings(name, settings as Record<string, unknown>, {
+      regionOptional: client !== undefined || clientConfig?.region !== undefined,
+    })
+    this.name = name
+    this.bucket = this.#settings.bucket
+    this.prefix = this.#settings.prefix
+    this.#clientConfig = clientConfig
+    this.#client = client
+    this.#ownsClient = client === undefined
+    const c = this.#settings.credentials
+    this.#secrets = [c?.secretAccessKey, c?.sessionToken, c?.accessKeyId].filter((s): s is string => !!s)
+  }
+
+  /** The SDK client, created on first use from the settings (or the ready one given). */
+  get client(): S3Client {
+    if (this.#client === undefined) {
+      const s = this.#settings
+      this.#client = new S3Client({
+        region: s.region,
+        ...(s.endpoint !== undefined ? { endpoint: s.endpoint } : {}),
+        forcePathStyle: s.forcePathStyle,
+        ...(s.credentials !== undefined ? { credentials: { ...s.credentials } } : {}),
+        ...(s.requestChecksumCalculation !== undefined ? { requestChecksumCalculation: s.requestChecksumCalculation } : {}),
+        ...(s.responseChecksumValidation !== undefined ? { responseChecksumValidation: s.responseChecksumValidation } : {}),
+        maxAttempts: s.maxAttempts,
+        requestHandler: { connectionTimeout: s.connectTimeout, socketTimeout: s.socketTimeout },
+        ...this.#clientConfig,
+      })
+    }
+    return this.#client
+  }
+
+  /**
+   * Checks the bucket and the credentials with one HeadBucket request. Resolves when both are fine;
+   * otherwise throws `store-failure` saying what is wrong (missing bucket, refused credentials, no
+   * permission, unreachable endpoint). `createStore()` calls it when `verify-on-start` is set.
+   */
+  async verify(): Promise<void> {
+    try {
+      await this.client.send(new HeadBucketCommand({ Bucket: this.bucket }))
+    } catch (err) {
+      if (isMissingObject(err) || (err as { name?: string })?.name === 'NoSuchBucket') {
+        throw this.#failure(`HeadBucket of bucket "${this.bucket}" failed: the bucket "${this.bucket}" does not exist`, err)
+      }
+      throw this.#wrap('HeadBucket', undefined, err)
+    }
+  }
+
+  async put(key: string, body: Readable | Uint8Array, options: PutOptions = {}): Promise<{ size: number }> {
+    const objectKey = this.#objectKey(key)
+    const { signal, contentType } = options
+    signal?.throwIfAborted()
+    const sizeHint =
+      typeof options.size === 'number' && Number.isSafeInteger(options.size) && options.size >= 0 ? options.size : undefined
+    if (body instanceof Uint8Array) {
+      const bytes = Buffer.from(body.buffer, body.byteOffset, body.byteLength)
+      if (bytes.byteLength <= SINGLE_PUT_MAX) {
+        await this.#putObject(key, objectKey, bytes, contentType, signal)
+        return { size: bytes.byteLength }
+      }
+      const stream = Readable.from(slices(bytes, MiB), { objectMode: false })
+      return this.#putStream(key, objectKey, stream, bytes.byteLength, contentType, signal)
+    }
+    if (!(body instanceof Readable) && typeof (body as { pipe?: unknown })?.pipe !== 'function') {
+      throw new TypeError(`S3 store "${this.name}": put() takes a Readable or a Uint8Array`)
+    }
+    return this.#putStream(key, objectKey, body, sizeHint, contentType, signal)
+  }
+
+  async get(key: string, range?: ByteRange): Promise<Readable> {
+    const objectKey = this.#objectKey(key)
+    if (range === undefined) {
+      const out = await this.#call('GetObject', key, () =>
+        this.client.send(new GetObjectCommand({ Bucket: this.bucket, Key: objectKey })),
+      )
+      return bodyOf(out.Body)
+    }
+    const { start, end } = range
+    const valid =
+      Number.isSafeInteger(start) && start >= 0 && (end === undefined || (Number.isSafeInteger(end) && end >= start))
+    if (!valid) throw rangeNotSatisfiable(key, range, (await this.#head('GetObject', key, objectKey)).size)
+
+    let out
+    try {
+      out = await this.client.send(
+        new GetObjectCommand({ Bucket: this.bucket, Key: objectKey, Range: `bytes=${start}-${end ?? ''}` }),
+      )
+    } catch (err) {
+      if (isInvalidRange(err)) {
+        const size = sizeFromRangeError(err) ?? (await this.#head('GetObject', key, objectKey)).size
+        throw rangeNotSatisfiable(key, range, size)
+      }
+      if (isMissingObject(err)) throw notFoundError(this.name, key)
+      throw this.#wrap('GetObject', key, err)
+    }
+    const body = bodyOf(out.Body)
+    // What the server sent: a 206 names it in Content-Range; a 200 (Range ignored) is the whole object.
+    const sent = parseContentRange(out.ContentRange) ?? {
+      start: 0,
+      end: (out.ContentLength ?? 0) - 1,
+      size: out.ContentLength ?? 0,
+    }
+    if (start >= sent.size) {
+      body.destroy()
+      throw rangeNotSatisfiable(key, range, sent.size)
+    }
+    const last = Math.min(end ?? sent.size - 1, sent.size - 1)
+    if (sent.start === start && sent.end === last) return body
+    if (sent.start > start || sent.end < last) {
+      body.destroy()
+      throw this.#failure(
+        `GetObject of ${quoteKey(key)} failed: asked for bytes ${start}-${last}, the server sent bytes ${sent.start}-${sent.end}`,
+      )
+    }
+    // Some S3-compatible servers send more than asked (s3rver answers "bytes=0-0" with the whole object).
+    return Readable.from(sliceOf(body, start - sent.start, last - start + 1), { objectMode: false })
+  }
+
+  async stat(key: string): Promise<StoreStat> {
+    const head = await this.#head('HeadObject', key, this.#objectKey(key))
+    return { size: head.size, lastModified: head.lastModified }
+  }
+
+  async exists(key: string): Promise<boolean> {
+    const objectKey = this.#objectKey(key)
+    try {
+      await this.client.send(new HeadObjectCommand({ Bucket: this.bucket, Key: objectKey }))
+      return true
+    } catch (err) {
+      if (isMissingObject(err)) return false
+      throw this.#wrap('HeadObject', key, err)
+    }
+  }
+
+  async move(from: string, to: string): Promise<void> {
+    const source = this.#objectKey(from)
+    const target = this.#objectKey(to)
+    const moved = await this.#copyObject(from, source, to, target)
+    if (!moved) return
+    await this.#call('DeleteObject', from, () =>
+      this.client.send(new DeleteObjectCommand({ Bucket: this.bucket, Key: source })),
+    )
+  }
+
+  async copy(from: string, to: string): Promise<void> {
+    await this.#copyObject(from, this.#objectKey(from), to, this.#objectKey(to))
+  }
+
+  async delete(key: string): Promise<void> {
+    const objectKey = this.#objectKey(key)
+    try {
+      await this.client.send(new DeleteObjectCommand({ Bucket: this.bucket, Key: objectKey }))
+    } catch (err) {
+      if (isMissingObject(err)) return
+      throw this.#wrap('DeleteObject', key, err)
+    }
+  }
+
+  async *list(prefix: string): AsyncGenerator<StoreListEntry> {
+    const normalized = normalizePrefix(prefix)
+    const full = this.prefix + normalized
+    let token: string | undefined
+    do {
+      const page = await this.#call('ListObjectsV2', normalized === '' ? '(all)' : normalized, () =>
+        this.client.send(
+          new ListObjectsV2Command({
+            Bucket: this.bucket,
+            ...(full !== '' ? { Prefix: full } : {}),
+            ...(token !== undefined ? { ContinuationToken: token } : {}),
+          }),
+        ),
+      )
+      for (const object of page.Contents ?? []) {
+        const key = object.Key
+        if (key === undefined || !key.startsWith(full)) continue
+        const relative = key.slice(this.prefix.length)
+        // Objects no key can name (folder markers "x/", "..", names outside the key alphabet) are skipped.
+        if (!isNormalKey(relative)) continue
+        yield { key: relative, size: object.Size ?? 0, lastModified: object.LastModified ?? new Date(0) }
+      }
+      token = page.IsTruncated ? page.NextContinuationToken : undefined
+    } while (token !== undefined)
+  }
+
+  async close(): Promise<void> {
+    if (this.#ownsClient && this.#client !== undefined) {
+      this.#client.destroy()
+      this.#client = undefined
+    }
+  }
+
+  // ---------------------------------------------------------------------------------------------
+
+  /** The normalized key under the store's prefix: what the SDK is given. Throws `bad-key` first. */
+  #objectKey(key: string): string {
+    const full = prefixedKey(this.prefix, key)
+    if (Buffer.byteLength(full) > MAX_S3_KEY_BYTES) {
+      throw badKeyError(key, `with the store prefix it is longer than ${MAX_S3_KEY_BYTES} bytes`)
+    }
+    return full
+  }
+
+  #failure(message: string, cause?: unknown): AttachStorageError {
+    return storeFailure(`S3 store "${this.name}": ${message}`, {
+      secrets: this.#secrets,
+      ...(cause !== undefined ? { cause: sanitizeCause(cause, this.#secrets) } : {}),
+    })
+  }
+
+  /** Wraps an SDK or network error once; AttachStorageErrors pass unchanged. */
+  #wrap(operation: string, key: string | undefined, err: unknown): AttachStorageError {
+    if (err instanceof AttachStorageError) return err
+    const what = key === undefined ? operation : `${operation} of ${quoteKey(key)}`
+    return this.#failure(`${what} failed: ${reasonOf(err, this.bucket)}`, err)
+  }
+
+  /** Runs one SDK call: a missing object becomes `not-found`, anything else `store-failure`. */
+  async #call<T>(operation: string, key: string, run: () => Promise<T>): Promise<T> {
+    try {
+      return await run()
+    } catch (err) {
+      if (isMissingObject(err)) throw notFoundError(this.name, key)
+      throw this.#wrap(operation, key, err)
+    }
+  }
+
+  async #head(
+    operation: string,
+    key: string,
+    objectKey: string,
+  ): Promise<{ size: number; lastModified: Date; head: HeadObjectCommandOutput }> {
+    const head = await this.#call(operation === 'HeadObject' ? operation : `${operation} (HeadObject)`, key, () =>
+      this.client.send(new HeadObjectCommand({ Bucket: this.bucket, Key: objectKey })),
+    )
+    return { size: head.ContentLength ?? 0, lastModified: head.LastModified ?? new Date(0), head }
+  }
+
+  async #putObject(
+    key: string,
+    objectKey: string,
+    bytes: Buffer,
+    contentType: string | undefined,
+    signal: AbortSignal | undefined,
+  ): Promise<void> {
+    try {
+      await this.client.send(
+        new PutObjectCommand({
+          Bucket: this.bucket,
+          Key: objectKey,
+          Body: bytes,
+          ContentLength: bytes.byteLength,
+          ...(contentType ? { ContentType: contentType } : {}),
+        }),
+        signal ? { abortSignal: signal } : {},
+      )
+    } catch (err) {
+      if (signal?.aborted) throw abortErrorOf(signal, err)
+      throw this.#wrap('PutObject', key, err)
+    }
+  }
+
+  /**
+   * Streams a body into S3. Unless the size is known to exceed {@link SINGLE_PUT_MAX}, the first 5 MiB
+   * (and one chunk) are read first: a body that ends there is one PutObject (retried by the SDK, with
+   * ContentLength); a longer one continues as a multipart upload of `partSize` parts.
+   */
+  async #putStream(
+    key: string,
+    objectKey: string,
+    body: Readable,
+    sizeHint: number | undefined,
+    contentType: string | undefined,
+    signal: AbortSignal | undefined,
+  ): Promise<{ size: number }> {
+    const pass = new PassThrough({ highWaterMark: 256 * 1024 })
+    let sourceFailed = false
+    let sourceError: unknown
+    const piping = pipeline(body, pass, signal ? { signal } : {}).then(
+      () => {},
+      (err: unknown) => {
+        sourceFailed = true
+        sourceError = err
+      },
+    )
+    const chunks = pass[Symbol.asyncIterator]() as AsyncIterator<Buffer>
+    let total = 0
+    let operation = 'PutObject'
+    try {
+      const head: Buffer[] = []
+      let ended = false
+      if (sizeHint === undefined || sizeHint <= SINGLE_PUT_MAX) {
+        while (total <= SINGLE_PUT_MAX) {
+          const next = await chunks.next()
+          if (next.done) {
+            ended = true
+            break
+          }
+          head.push(next.value)
+          total += next.value.length
+        }
+      }
+      if (ended) {
+        await piping
+        if (sourceFailed) throw sourceError
+        await this.#putObject(key, objectKey, Buffer.concat(head, total), contentType, signal)
+        return { size: total }
+      }
+
+      operation = 'multipart upload'
+      async function* rest(): AsyncGenerator<Buffer> {
+        yield* head.splice(0)
+        for (;;) {
+          const next = await chunks.next()
+          if (next.done) return
+          total += next.value.length
+          yield next.value
+        }
+      }
+      const { partSize, queueSize } = this.#settings
+      const parts = Readable.from(rest(), { objectMode: false, highWaterMark: 64 * 1024 })
+      // Its errors reach the upload through iteration; an error after the upload gave up goes nowhere.
+      parts.on('error', () => {})
+      const upload = new Upload({
+        client: this.client,
+        params: {
+          Bucket: this.bucket,
+          Key: objectKey,
+          Body: parts,
+          ...(contentType ? { ContentType: contentType } : {}),
+        },
+        queueSize,
+        partSize: sizeHint === undefined ? partSize : Math.min(MAX_PART_SIZE, Math.max(partSize, Math.ceil(sizeHint / MAX_PARTS))),
+        leavePartsOnError: false,
+      })
+      await upload.done()
+      await piping
+      return { size: total }
+    } catch (err) {
+      // Stop reading the source (when it is not already finished or failed), then say who failed.
+      const alreadyDestroyed = pass.destroyed
+      if (!alreadyDestroyed) pass.destroy()
+      await piping
+      if (signal?.aborted) throw abortErrorOf(signal, sourceFailed ? sourceError : err)
+      if (err instanceof AttachStorageError || isAbortError(err)) throw err
+      if (sourceFailed && (alreadyDestroyed || err === sourceError)) throw sourceError
+      throw this.#wrap(operation, key, err)
+    }
+  }
+
+  /**
+   * Copies `source` to `target` (CopyObject, or a multipart copy above the threshold). Resolves `false`
+   * when both are the same key (nothing to do), `true` after a copy. A missing source is `not-found`.
+   */
+  async #copyObject(from: string, source: string, to: string, target: string): Promise<boolean> {
+    const head = await this.#head('CopyObject', from, source)
+    if (source === target) return false
+    const copySource = `${encodeURIComponent(this.bucket)}/${source.split('/').map(encodeURIComponent).join('/')}`
+    if (head.size <= this.#settings.multipartCopyThreshold) {
+      await this.#call('CopyObject', from, () =>
+        this.client.send(
+          new CopyObjectCommand({ Bucket: this.bucket, Key: target, CopySource: copySource, MetadataDirective: 'COPY' }),
+        ),
+      )
+      return true
+    }
+    await this.#multipartCopy(from, to, target, copySource, head.size, head.head)
+    return true
+  }
+
+  /** UploadPartCopy in `copyPartSize` parts, `queueSize` at a time; aborted on any failure. */
+  async #multipartCopy(
+    from: string,
+    to: string,
+    target: string,
+    copySource: string,
+    size: number,
+    head: HeadObjectCommandOutput,
+  ): Promise<void> {
+    const created = await this.#call('CreateMultipartUpload', to, () =>
+      this.client.send(
+        new CreateMultipartUploadCommand({
+          Bucket: this.bucket,
+          Key: target,
+          ...(head.ContentType ? { ContentType: head.ContentType } : {}),
+          ...(head.CacheControl ? { CacheControl: head.CacheControl } : {}),
+          ...(head.ContentDisposition ? { ContentDisposition: head.ContentDisposition } : {}),
+          ...(head.ContentEncoding ? { ContentEncoding: head.ContentEncoding } : {}),
+          ...(head.Metadata ? { Metadata: head.Metadata } : {}),
+        }),
+      ),
+    )
+    const uploadId = created.UploadId
+    if (!uploadId) throw this.#failure(`CreateMultipartUpload of ${quoteKey(to)} failed: no UploadId in the answer`)
+    try {
+      const partSize = Math.min(MAX_PART_SIZE, Math.max(this.#settings.copyPartSize, Math.ceil(size / MAX_PARTS)))
+      const count = Math.ceil(size / partSize)
+      const parts: CompletedPart[] = new Array(count)
+      let nextPart = 0
+      const worker = async (): Promise<void> => {
+        while (nextPart < count) {
+          const index = nextPart++
+          const first = index * partSize
+          const last = Math.min(size, first + partSize) - 1
+          const out = await this.#call('UploadPartCopy', from, () =>
+            this.client.send(
+              new UploadPartCopyCommand({
+                Bucket: this.bucket,
+                Key: target,
+                UploadId: uploadId,
+                PartNumber: index + 1,
+                CopySource: copySource,
+                CopySourceRange: `bytes=${first}-${last}`,
+                ...(head.ETag ? { CopySourceIfMatch: head.ETag } : {}),
+              }),
+            ),
+          )
+          const etag = out.CopyPartResult?.ETag
+          if (!etag) throw this.#failure(`UploadPartCopy of ${quoteKey(from)} failed: no ETag for part ${index + 1}`)
+          parts[index] = { PartNumber: index + 1, ETag: etag }
+        }
+      }
+      await Promise.all(Array.from({ length: Math.min(this.#settings.queueSize, count) }, worker))
+      await this.#call('CompleteMultipartUpload', to, () =>
+        this.client.send(
+          new CompleteMultipartUploadCommand({
+            Bucket: this.bucket,
+            Key: target,
+            UploadId: uploadId,
+            MultipartUpload: { Parts: parts },
+          }),
+        ),
+      )
+    } catch (err) {
+      await this.client
+        .send(new AbortMultipartUploadCommand({ Bucket: this.bucket, Key: target, UploadId: uploadId }))
+        .catch(() => {})
+      throw err
+    }
+  }
+}
+
+/**
+ * Creates an {@link S3Store} from its declared settings (camelCase, as the core passes them). With
+ * `verify-on-start`, checks bucket and credentials once before resolving.
+ *
+ * @example
+ * const store = await createStore('files', { type: 's3', bucket: 'b', region: 'eu-central-1' })
+ */
+export const createStore: StoreFactory = async (name, settings) => {
+  const store = new S3Store(name, settings as unknown as S3StoreOptions)
+  // The constructor validated the flag already.
+  if (settings.verifyOnStart === true || settings.verifyOnStart === 'true') await store.verify()
+  return store
+}
+
+// ----------------------------------------------------------------------------------------------------
+
+
+/** The GetObject body as a Node Readable (it is one in Node: the HTTP response itself). */
+function bodyOf(body: unknown): Readable {
+  if (body instanceof Readable) return body
+  if (body === undefined || body === null) return Readable.from([], { objectMode: false })
+  if (typeof (body as ReadableStream).getReader === 'function') {
+    return Readable.fromWeb(body as import('node:stream/web').ReadableStream<Uint8Array>)
+  }
+  throw new TypeError('Unexpected GetObject body type')
+}
+
+/** `bytes 0-99/1000` → {start, end, size}; undefined for anything else. */
+function parseContentRange(header: string | undefined): { start: number; end: number; size: number } | undefined {
+  const m = header ? /^\s*bytes\s+(\d+)-(\d+)\/(\d+)\s*$/i.exec(header) : null
+  if (!m) return undefined
+  return { start: Number(m[1]), end: Number(m[2]), size: Number(m[3]) }
+}
+
+/** Skips `skip` bytes of `source`, yields the next `take`, then stops reading it. */
+async function* sliceOf(source: Readable, skip: number, take: number): AsyncGenerator<Buffer> {
+  try {
+    for await (const chunk of source) {
+      let piece = chunk as Buffer
+      if (skip > 0) {
+        if (piece.length <= skip) {
+          skip -= piece.length
+          continue
+        }
+        piece = piece.subarray(skip)
+        skip = 0
+      }
+      if (piece.length >= take) {
+        yield piece.subarray(0, take)
+        take = 0
+        return
+      }
+      take -= piece.length
+      yield piece
+    }
+    if (take > 0) throw new Error('The S3 response ended before the requested range')
+  } finally {
+    source.destroy()
+  }
+}
+
+function* slices(bytes: Buffer, size: number): Generator<Buffer> {
+  for (let offset = 0; offset < bytes.byteLength; offset += size) yield bytes.subarray(offset, offset + size)
+}
+
+/** The error an aborted put rejects with: the AbortError itself when it is one. */
+function abortErrorOf(signal: AbortSignal, err: unknown): unknown {
+  if (isAbortError(err)) return err
+  return signal.reason instanceof Error ? signal.reason : new DOMException('The operation was aborted', 'AbortError')
+}
