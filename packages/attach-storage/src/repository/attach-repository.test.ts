@@ -787,6 +787,82 @@ describe('openDatabase', () => {
     }
   })
 
+  it('names the pg package when PostgreSQL is configured without it', async () => {
+    const missing = (specifier: string) => {
+      const err = new Error(`Cannot find package '${specifier}' imported from ${import.meta.url}`) as NodeJS.ErrnoException
+      err.code = 'ERR_MODULE_NOT_FOUND'
+      return Promise.reject(err)
+    }
+    const err = await openDatabase({ type: 'postgres', url: 'postgres://app@127.0.0.1:1/none' }, missing).catch((e: unknown) => e)
+    expect(err).toBeInstanceOf(AttachStorageError)
+    expect(err).toMatchObject({ code: 'config-invalid' })
+    expect((err as Error).message).toBe('PostgreSQL support comes with the pg package: npm install pg')
+    // A driver that is there but fails to load is reported with its own error, not as missing.
+    const broken = () => Promise.reject(new Error('native binding mismatch'))
+    const err2 = await openDatabase({ type: 'postgres', url: 'postgres://app@127.0.0.1:1/none' }, broken).catch((e: unknown) => e)
+    expect(err2).toMatchObject({ code: 'config-invalid' })
+    expect((err2 as Error).message).toBe('Loading the PostgreSQL driver pg failed: native binding mismatch')
+    // A missing dependency of the driver is not the driver missing.
+    const deep = () => missing('pg-pool')
+    const err3 = await openDatabase({ type: 'postgres', url: 'postgres://app@127.0.0.1:1/none' }, deep).catch((e: unknown) => e)
+    expect((err3 as Error).message).toMatch(/^Loading the PostgreSQL driver pg failed: Cannot find package 'pg-pool'/)
+  })
+
+  it('loads pg only for PostgreSQL: attach-storage imports without it, a PostgreSQL configuration fails at start', async () => {
+    // A child process in which the package `pg` cannot be resolved, as in a project that never installed it.
+    const { execFile } = await import('node:child_process')
+    const { mkdtemp, rm } = await import('node:fs/promises')
+    const { tmpdir } = await import('node:os')
+    const { join } = await import('node:path')
+    const { fileURLToPath } = await import('node:url')
+    const root = fileURLToPath(new URL('../../../../', import.meta.url))
+    const dir = await mkdtemp(join(tmpdir(), 'attach-nopg-'))
+    const hook = `export async function resolve(specifier, context, next) {
+      if (specifier === 'pg' || specifier.startsWith('pg/')) {
+        const err = new Error("Cannot find package '" + specifier + "' imported from " + context.parentURL)
+        err.code = 'ERR_MODULE_NOT_FOUND'
+        throw err
+      }
+      return next(specifier, context)
+    }`
+    const script = `
+      import { register } from 'node:module'
+      register('data:text/javascript,' + encodeURIComponent(${JSON.stringify(hook)}))
+      const out = {}
+      out.pgHidden = await import('pg').then(() => false, (e) => e.code === 'ERR_MODULE_NOT_FOUND')
+      const { createAttachStorage } = await import('attach-storage')
+      out.imported = typeof createAttachStorage === 'function'
+      const sqlite = await createAttachStorage({ config: { directory: { baseDir: ${JSON.stringify(join(dir, 'files'))} }, db: { file: ${JSON.stringify(join(dir, 'a.db'))} } } })
+      out.sqliteStarted = true
+      await sqlite.close()
+      try {
+        await createAttachStorage({ config: { directory: { baseDir: ${JSON.stringify(join(dir, 'files'))} }, db: { type: 'postgres', url: 'postgres://app@127.0.0.1:1/none' } } })
+        out.postgres = 'started'
+      } catch (err) {
+        out.postgres = { code: err.code, message: err.message }
+      }
+      console.log(JSON.stringify(out))
+    `
+    try {
+      const stdout = await new Promise<string>((resolvePromise, reject) =>
+        execFile(
+          process.execPath,
+          ['--conditions=source', '--import', 'tsx', '--input-type=module', '-e', script],
+          { cwd: root, timeout: 120_000 },
+          (err, out, errOut) => (err ? reject(new Error(`${err.message}\n${errOut}`)) : resolvePromise(out)),
+        ),
+      )
+      expect(JSON.parse(stdout.trim().split('\n').pop()!)).toEqual({
+        pgHidden: true,
+        imported: true,
+        sqliteStarted: true,
+        postgres: { code: 'config-invalid', message: 'PostgreSQL support comes with the pg package: npm install pg' },
+      })
+    } finally {
+      await rm(dir, { recursive: true, force: true })
+    }
+  }, 150_000)
+
   it('refuses an unknown database type', async () => {
     await expect(openDatabase({ type: 'oracle' } as never)).rejects.toMatchObject({ code: 'config-invalid' })
   })

@@ -11,7 +11,7 @@ import {
   SqliteAdapter,
   SqliteDialect,
 } from 'kysely'
-import pg from 'pg'
+import type Pg from 'pg'
 import { AttachStorageError } from '../errors.js'
 
 /** Name of the table of physical files (one row per stored file, shared by several records). */
@@ -101,24 +101,68 @@ function parsePgInt8(value: string): number | string {
   return Number.isSafeInteger(n) ? n : value
 }
 
+/** Loads a database driver package; injectable for tests. */
+export type ImportDriver = (specifier: string) => Promise<unknown>
+
+// A variable specifier keeps TypeScript and bundlers from requiring the optional packages.
+const importDriver: ImportDriver = (specifier) => import(specifier)
+
+function isModuleNotFound(err: unknown, specifier: string): boolean {
+  const e = err as { code?: string; message?: string }
+  return (
+    (e?.code === 'ERR_MODULE_NOT_FOUND' || e?.code === 'MODULE_NOT_FOUND') &&
+    typeof e.message === 'string' &&
+    e.message.includes(`'${specifier}'`)
+  )
+}
+
+/**
+ * Loads the driver of a database type, an optional peer of attach-storage installed by the host. A
+ * driver that is not installed fails with a message naming the package to install; one that is there
+ * but fails to load is reported with its own error.
+ */
+async function loadDriver<T>(specifier: string, database: string, load: ImportDriver): Promise<T> {
+  let mod: { default?: T } & T
+  try {
+    mod = (await load(specifier)) as { default?: T } & T
+  } catch (cause) {
+    if (isModuleNotFound(cause, specifier)) {
+      throw new AttachStorageError(
+        'config-invalid',
+        `${database} support comes with the ${specifier} package: npm install ${specifier}`,
+        { status: 500, cause },
+      )
+    }
+    throw new AttachStorageError('config-invalid', `Loading the ${database} driver ${specifier} failed: ${(cause as Error).message}`, {
+      status: 500,
+      cause,
+    })
+  }
+  return mod.default ?? mod
+}
+
 /**
  * Opens a Kysely instance for the configured database. The caller owns it (`db.destroy()`).
  *
  * - sqlite: better-sqlite3 on `file` (its directory is created), WAL, `synchronous = FULL` (a commit
  *   is on the disk before it resolves, so an acknowledged save survives a power loss, not only a crash),
  *   `busy_timeout = 5000`, foreign keys on.
- * - postgres: a `pg` Pool; `bigint` columns come back as numbers when they fit.
+ * - postgres: a `pg` Pool (the optional `pg` package, loaded only here); `bigint` columns come back as
+ *   numbers when they fit.
  * - mysql: a `mysql2` pool (the optional `mysql2` package), utf8mb4; `bigint` columns come back as
  *   numbers when they fit (`supportBigNumbers`), else as decimal strings. See docs/databases.md.
+ *
+ * A driver package that is not installed fails with a message naming it (`npm install pg`).
+ * `importModule` replaces the loader of the driver packages (tests).
  */
-export async function openDatabase(options: DatabaseOptions): Promise<Kysely<any>> {
+export async function openDatabase(options: DatabaseOptions, importModule: ImportDriver = importDriver): Promise<Kysely<any>> {
   switch (options.type) {
     case 'sqlite':
       return openSqlite(options.file)
     case 'postgres':
-      return openPostgres(options.url)
+      return openPostgres(options.url, importModule)
     case 'mysql':
-      return openMysql(options.url)
+      return openMysql(options.url, importModule)
     default: {
       const type = (options as { type?: unknown }).type
       throw new AttachStorageError('config-invalid', `Unknown database type ${JSON.stringify(type)}; use sqlite, postgres or mysql`)
@@ -142,7 +186,8 @@ function openSqlite(file: string): Kysely<any> {
   return new Kysely<any>({ dialect: new SqliteDialect({ database }) })
 }
 
-function openPostgres(url: string): Kysely<any> {
+async function openPostgres(url: string, load: ImportDriver): Promise<Kysely<any>> {
+  const pg = await loadDriver<typeof Pg>('pg', 'PostgreSQL', load)
   const pool = new pg.Pool({
     connectionString: url,
     types: {
@@ -155,19 +200,8 @@ function openPostgres(url: string): Kysely<any> {
   return new Kysely<any>({ dialect: new PostgresDialect({ pool }) })
 }
 
-async function openMysql(url: string): Promise<Kysely<any>> {
-  // A variable specifier keeps TypeScript and bundlers from requiring the optional package.
-  const specifier = 'mysql2'
-  let mysql: any
-  try {
-    const mod: any = await import(specifier)
-    mysql = mod.default ?? mod
-  } catch (cause) {
-    throw new AttachStorageError('config-invalid', 'MySQL support comes with the mysql2 package: npm install mysql2', {
-      status: 500,
-      cause,
-    })
-  }
+async function openMysql(url: string, load: ImportDriver): Promise<Kysely<any>> {
+  const mysql = await loadDriver<any>('mysql2', 'MySQL', load)
   const pool = mysql.createPool({ uri: url, supportBigNumbers: true, bigNumberStrings: false, charset: 'utf8mb4' })
   return new Kysely<any>({ dialect: new MysqlDialect({ pool }) })
 }
