@@ -139,6 +139,18 @@ describe('start-up failures', () => {
       await expect(createAttachStorage({ config: { ...base(), stores: { r: { type, ...settings } } } })).rejects.toThrow(re)
     }
   })
+  it('a store package that refuses its settings fails the start and releases the stores made before it', async () => {
+    const closed: string[] = []
+    const fake = (name: string) =>
+      ({ name, type: 'fake', close: async () => void closed.push(name) }) as unknown as import('../stores/store.js').Store
+    await expect(
+      createAttachStorage({
+        config: { ...base(), stores: { a: { type: 'fake' }, r: { type: 'sftp', port: 22 } } },
+        storeFactories: { fake },
+      }),
+    ).rejects.toThrow(/^attach\.stores\.r \(type sftp\) is missing required settings: host$/)
+    expect(closed).toEqual(['a'])
+  })
   it('the spec attach.s3.* keys declare an implicit store "s3"', async () => {
     await expect(createAttachStorage({ config: { ...base(), s3: { bucket: 'b' }, 'default-store': 's3' } })).rejects.toThrow(
       /attach\.stores\.s3 \(type s3\) is missing required settings: region/,

@@ -3,14 +3,18 @@ import { configError } from '../errors.js'
 import type { FileDescription } from '../service/types.js'
 import { parseDuration, parseSize } from './units.js'
 
-/** The store types the spec names, with their required settings (camelCase). */
-export const STORE_TYPES = {
-  local: { required: [] as string[], packageName: undefined as string | undefined },
-  s3: { required: ['bucket', 'region'], packageName: '@attach-storage/store-s3' },
-  azure: { required: ['connectionString', 'container'], packageName: '@attach-storage/store-azure' },
-  sftp: { required: ['host'], packageName: '@attach-storage/store-sftp' },
-  ftp: { required: ['host'], packageName: '@attach-storage/store-ftp' },
-} as const
+/**
+ * The store types the spec names, with the package that implements each (`local` is the core's own).
+ * Each store package checks its own settings (required ones included) through `attach-storage/store-kit`
+ * when the core creates the store at start; the core only names the package to install when it is missing.
+ */
+export const STORE_PACKAGES: Readonly<Record<string, string | undefined>> = {
+  local: undefined,
+  s3: '@attach-storage/store-s3',
+  azure: '@attach-storage/store-azure',
+  sftp: '@attach-storage/store-sftp',
+  ftp: '@attach-storage/store-ftp',
+}
 
 /** The per-category secure-access function: `true` allows; `false` or a throw refuses (403). */
 export type SecureAccessFunction = (request: Request, file: FileDescription) => boolean | Promise<boolean>
@@ -289,18 +293,12 @@ export function checkStoreDeclarations(
   for (const [name, settings] of Object.entries(stores)) {
     const type = settings.type
     if (typeof type !== 'string' || type === '') {
-      throw configError(`attach.stores.${name}: "type" is required (one of ${Object.keys(STORE_TYPES).join(', ')})`)
+      throw configError(`attach.stores.${name}: "type" is required (one of ${Object.keys(STORE_PACKAGES).join(', ')})`)
     }
-    const known = STORE_TYPES[type as keyof typeof STORE_TYPES]
-    if (!known && !customTypes.has(type)) {
+    if (!Object.hasOwn(STORE_PACKAGES, type) && !customTypes.has(type)) {
       throw configError(
-        `attach.stores.${name}: no adapter exists for store type "${type}" (known: ${Object.keys(STORE_TYPES).join(', ')})`,
+        `attach.stores.${name}: no adapter exists for store type "${type}" (known: ${Object.keys(STORE_PACKAGES).join(', ')})`,
       )
-    }
-    const missing = (known?.required ?? []).filter((k) => settings[k] === undefined || settings[k] === '')
-    if (missing.length) {
-      const kebab = missing.map((k) => k.replace(/[A-Z]/g, (c) => '-' + c.toLowerCase()))
-      throw configError(`attach.stores.${name} (type ${type}) is missing required settings: ${kebab.join(', ')}`)
     }
   }
   const named: Array<[string, string]> = [['attach.default-store', config.defaultStore]]
@@ -314,3 +312,9 @@ export function checkStoreDeclarations(
     }
   }
 }
+
+/**
+ * @deprecated The core no longer lists store settings; see {@link STORE_PACKAGES}. Kept only while the
+ * root entry still exports this name.
+ */
+export const STORE_TYPES = STORE_PACKAGES

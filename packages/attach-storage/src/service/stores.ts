@@ -1,6 +1,6 @@
 import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
-import { checkStoreDeclarations, STORE_TYPES, type AttachConfigParsed } from '../config/schema.js'
+import { checkStoreDeclarations, STORE_PACKAGES, type AttachConfigParsed } from '../config/schema.js'
 import { configError } from '../errors.js'
 import { LocalStore } from '../stores/local-store.js'
 import type { Store, StoreFactory } from '../stores/store.js'
@@ -78,29 +78,45 @@ export async function createStores(
 
   const stores = new Map<string, Store>()
   const load = options.importModule ?? importStorePackage
-  for (const [name, settings] of Object.entries(declared)) {
-    const ready = options.stores?.[name]
-    if (ready) {
-      stores.set(name, ready)
-      continue
+  try {
+    for (const [name, settings] of Object.entries(declared)) {
+      const ready = options.stores?.[name]
+      if (ready) {
+        stores.set(name, ready)
+        continue
+      }
+      stores.set(name, await createStore(name, settings, baseDir, options.storeFactories, load))
     }
-    const type = settings.type as string
-    const factory = options.storeFactories?.[type]
-    if (factory) {
-      stores.set(name, await factory(name, settings))
-      continue
-    }
-    if (type === 'local') {
-      const dir = typeof settings.baseDir === 'string' ? resolve(settings.baseDir) : baseDir
-      stores.set(name, new LocalStore(name, { baseDir: dir }))
-      continue
-    }
-    const packageName = STORE_TYPES[type as keyof typeof STORE_TYPES]?.packageName
-    if (!packageName) throw configError(`attach.stores.${name}: no adapter exists for store type "${type}"`)
-    const createStore = await loadStoreFactory(packageName, `attach.stores.${name}`, type, load)
-    stores.set(name, await createStore(name, settings))
+  } catch (err) {
+    // A store package refused its settings: the stores made so far (not the host's) are released.
+    await Promise.allSettled(
+      [...stores].filter(([name]) => !options.stores?.[name]).map(([, store]) => store.close()),
+    )
+    throw err
   }
   const tmpStore = config.tmpStore ? stores.get(config.tmpStore)! : new LocalStore('tmp', { baseDir: tmpDir })
   const settings = new Map(Object.entries(declared))
   return { stores, settings, tmpStore, baseDir, tmpDir }
+}
+
+/** Creates one declared store: a host factory, the core's local store, or the store package of its type. */
+async function createStore(
+  name: string,
+  settings: Record<string, unknown>,
+  baseDir: string,
+  factories: Record<string, StoreFactory> | undefined,
+  load: (specifier: string) => Promise<unknown>,
+): Promise<Store> {
+  const type = settings.type as string
+  const factory = factories?.[type]
+  if (factory) return factory(name, settings)
+  if (type === 'local') {
+    const dir = typeof settings.baseDir === 'string' ? resolve(settings.baseDir) : baseDir
+    return new LocalStore(name, { baseDir: dir })
+  }
+  const packageName = Object.hasOwn(STORE_PACKAGES, type) ? STORE_PACKAGES[type] : undefined
+  if (!packageName) throw configError(`attach.stores.${name}: no adapter exists for store type "${type}"`)
+  const createStore = await loadStoreFactory(packageName, `attach.stores.${name}`, type, load)
+  // The package checks its own settings (required ones first) and throws config-invalid naming them.
+  return createStore(name, settings)
 }
