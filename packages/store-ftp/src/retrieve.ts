@@ -1,3 +1,10 @@
+/**
+ * The one module that drives basic-ftp's internal `FTPContext` (`client.ftp`: `handle`, `dataSocket`,
+ * `socket`, `closeWithError`) and `prepareTransfer`; the rest of the store uses basic-ftp's public API
+ * only. basic-ftp is pinned to one exact version, and retrieve.contract.test.ts checks every internal
+ * used here, so an upgrade that moves one fails that test first.
+ * @module
+ */
 import { Socket } from 'node:net'
 import { PassThrough, type Readable } from 'node:stream'
 import { TLSSocket } from 'node:tls'
