@@ -1,4 +1,5 @@
-import type { UserId } from '../model.js'
+import type { AttachmentRecord, UserId } from '../model.js'
+import type { Store } from '../stores/store.js'
 
 /** The authenticated caller of the JSON group. */
 export interface AuthUser {
@@ -77,4 +78,85 @@ export interface Logger {
   info(message: string, ...args: unknown[]): void
   warn(message: string, ...args: unknown[]): void
   error(message: string, ...args: unknown[]): void
+}
+
+/** The events a host can listen to; each fires once the fact is durable. */
+export interface AttachEvents {
+  /** A file passed its filters and is stored (temporary or direct upload). */
+  uploaded: {
+    kind: 'temporary' | 'direct' | 'editor'
+    refDomain: string
+    refCategory: string
+    name: string
+    savedDir: string | null
+    displayName: string
+    size: number
+    type: string
+    sha256: string
+    user: AuthUser | null
+  }
+  /** Records were created by a confirmed save or a host's commit (the successes of a partial failure too). */
+  saved: { refDomain: string; refKey: string; records: AttachmentRecord[]; user: AuthUser | null }
+  /** Records were deleted (their files go with their last record). */
+  deleted: { records: AttachmentRecord[] }
+}
+
+/** A hook; a throw (or rejection) is reported to the logger and never undoes what happened. */
+export type AttachEventHook<E extends keyof AttachEvents> = (event: AttachEvents[E]) => void | Promise<void>
+
+/** A file received from a request into the temporary area, not yet checked by any filter. */
+export interface ReceivedFile {
+  /** The generated stored name (`{uuid}.{ext}`). */
+  name: string
+  displayName: string
+  extension: string
+  size: number
+  sha256: string
+  head: Uint8Array
+}
+
+/** Temporary-upload result item (or its `error` form). */
+export type TemporaryItem =
+  | {
+      name: string
+      displayName: string
+      size: number
+      type: string
+      url: null
+      thumbnailUrl: null
+      deleteUrl: null
+      deleteType: 'DELETE'
+    }
+  | { displayName: string; size: number; error: { code: string; message: string } }
+
+/** Direct-upload result item (or its `error` form). */
+export type DirectItem =
+  | { name: string; savedDir: string; url: string; displayName: string; size: number; type: string }
+  | { displayName: string; size: number; error: { code: string; message: string } }
+
+/** Lookup filters of GET `/attach/...` and of views by reference. */
+export interface LookupFilters {
+  ext?: string
+  extAlt?: string
+  fmetaValue?: string
+}
+
+/** What the binary group streams. */
+export interface ServeTarget {
+  store: Store
+  key: string
+  displayName: string
+  fileType: string
+  fileSize: number
+  /** Strong validator (the sha256), when known. */
+  etag?: string
+  lastModified?: Date
+  /** `immutable`: the address always names these bytes; `revalidate`: it may name other bytes later. */
+  cache: 'immutable' | 'revalidate'
+  /** A secure-access function guards the file: caches must keep it private. */
+  private: boolean
+  /** Request headers the answer depends on (`Accept` for negotiated formats). */
+  vary?: string
+  /** The bytes themselves, when they are in memory already (a variant just made); else read from the store. */
+  bytes?: Buffer
 }

@@ -1,0 +1,403 @@
+/** The confirmed save and `commitAttachContainer()`: entries bound to a reference, crash-safe. */
+import { AttachStorageError, badRequest, forbidden, notFound } from '../errors.js'
+import { extensionOf } from '../media/sniff.js'
+import type { AttachmentRecord, AttachmentView, BlobRecord } from '../model.js'
+import type { RegisteredCategory } from '../registry/registry.js'
+import type { Store } from '../stores/store.js'
+import { mayChange, mayChangeEntity, mayRead, sameUser } from './access.js'
+import type { ServiceContext } from './context.js'
+import { checkRefKey, parseRegularSavedDir, regularSavedDir, SAVED_NAME, storeKey } from './layout.js'
+import { cleanDisplayName, cleanText } from './names.js'
+import { deleteRecords } from './records.js'
+import { readHead, readTmpMeta, tmpKey, tmpMetaKey } from './temporary.js'
+import type { AttachBag, AttachBagEntry, AuthUser, SaveFailure } from './types.js'
+import { runFilters, transfer } from './uploads.js'
+import { readableViews } from './urls.js'
+
+
+/**
+ * Confirmed save of an AttachBag for `(refDomain, refKey)`, files placed by `date` (call time by
+ * default). Entries are independent: every failure is collected, the successes stay saved, and a
+ * partial failure throws `attach-save-failure` (500) with `failures`; resending only those completes
+ * the save. Resolves with the reference's records of the bag's categories, in `sort` order.
+ */
+export async function commitBag(
+  ctx: ServiceContext,
+  refDomainIn: unknown,
+  refKeyIn: unknown,
+  bag: unknown,
+  options: { user: AuthUser | null; date?: Date; request?: Request },
+): Promise<AttachmentView[]> {
+  if (typeof refDomainIn !== 'string') throw badRequest('refDomain is required')
+  const domain = ctx.registry.domain(refDomainIn)
+  const refDomain = domain.name
+  const refKey = checkRefKey(refKeyIn)
+  if (!bag || typeof bag !== 'object' || Array.isArray(bag)) throw badRequest('The AttachBag must be a JSON object')
+  const b = bag as AttachBag
+  if (b.refDomain !== undefined && b.refDomain !== refDomain) {
+    throw badRequest(`The AttachBag's refDomain "${String(b.refDomain)}" differs from "${refDomain}"`)
+  }
+  const categories: Array<[string, unknown[]]> = []
+  for (const [key, value] of Object.entries(b)) {
+    if (key === 'refDomain' || key === '_deleted') continue
+    ctx.registry.category(refDomain, key)
+    if (!Array.isArray(value)) throw badRequest(`AttachBag.${key} must be an array of file entries`)
+    categories.push([key, value])
+  }
+  const deleted = b._deleted ?? []
+  if (!Array.isArray(deleted)) throw badRequest('AttachBag._deleted must be an array of {id}')
+  const request = options.request ?? null
+
+  // Who may change this entity's attachments at all is the host's call.
+  if (!(await mayChangeEntity(ctx, domain, refKey, options.user, request))) {
+    throw forbidden(`You may not change the attachments of ${refDomain}/${refKey}`)
+  }
+  // One rule for every record the bag touches (deletions and re-sorts), checked before anything changes.
+  const touched = new Set<number>()
+  for (const d of deleted) {
+    const id = d && typeof d === 'object' ? Number((d as { id?: unknown }).id) : NaN
+    if (Number.isSafeInteger(id) && id > 0) touched.add(id)
+  }
+  for (const [, entries] of categories) {
+    for (const e of entries) {
+      const id = e && typeof e === 'object' ? (e as AttachBagEntry).id : undefined
+      if (id !== undefined && id !== null && Number.isSafeInteger(Number(id)) && Number(id) > 0) touched.add(Number(id))
+    }
+  }
+  if (touched.size) {
+    const records = await ctx.repo.findByIds([...touched])
+    for (const r of records) {
+      if (r.refDomain !== refDomain || r.refKey !== refKey) continue // an entry failure below; changes nothing
+      if (!(await mayChange(ctx, request, r, options.user))) throw forbidden(`You may not change attachment ${r.id}`)
+    }
+  }
+
+  const date = options.date ?? ctx.now()
+  const failures: SaveFailure[] = []
+  const fail = (refCategory: string, index: number, entry: unknown, reason: string, code: string) =>
+    failures.push({
+      code,
+      refCategory,
+      index,
+      displayName:
+        entry && typeof entry === 'object' && typeof (entry as AttachBagEntry).displayName === 'string'
+          ? ((entry as AttachBagEntry).displayName as string)
+          : '',
+      reason,
+    })
+
+  // Deletions first, so that a bag may replace a file in one save.
+  const delIds: number[] = []
+  deleted.forEach((d, index) => {
+    const id = d && typeof d === 'object' ? Number((d as { id?: unknown }).id) : NaN
+    if (!Number.isSafeInteger(id) || id <= 0) fail('_deleted', index, d, 'id must be a positive integer', 'bad-request')
+    else delIds.push(id)
+  })
+  if (delIds.length) {
+    const found = await ctx.repo.findByIds(delIds)
+    const mine = new Set(found.filter((r) => r.refDomain === refDomain && r.refKey === refKey).map((r) => r.id))
+    deleted.forEach((d, index) => {
+      const id = Number((d as { id?: unknown })?.id)
+      if (Number.isSafeInteger(id) && id > 0 && !mine.has(id)) {
+        fail('_deleted', index, d, `attachment ${id} does not belong to ${refDomain}/${refKey}`, 'not-found')
+      }
+    })
+    await deleteRecords(ctx, [...mine])
+  }
+
+  const created: AttachmentRecord[] = []
+  for (const [refCategory, entries] of categories) {
+    for (let index = 0; index < entries.length; index++) {
+      const entry = entries[index]
+      try {
+        const rec = await commitEntry(ctx, entry, {
+          refDomain,
+          refKey,
+          refCategory,
+          sort: index,
+          date,
+          user: options.user,
+          request,
+        })
+        if (rec) created.push(rec)
+      } catch (err) {
+        const reason =
+          err instanceof AttachStorageError && err.status < 500 ? err.message : 'the file could not be saved; retry this entry'
+        if (!(err instanceof AttachStorageError) || err.status >= 500) {
+          ctx.logger.error(`attach-storage: saving ${refDomain}/${refKey}/${refCategory}[${index}] failed`, err)
+        }
+        fail(refCategory, index, entry, reason, err instanceof AttachStorageError && err.status < 500 ? err.code : 'internal-error')
+      }
+    }
+  }
+  if (created.length) ctx.events.emit('saved', { refDomain, refKey, records: created, user: options.user })
+  if (failures.length) {
+    throw new AttachStorageError(
+      'attach-save-failure',
+      `${failures.length} of the attachments could not be saved; resend only the entries listed in failures`,
+      { status: 500, details: { success: false, failures } },
+    )
+  }
+  const all = await ctx.repo.listByReference(refDomain, refKey)
+  const wanted = new Set(categories.map(([c]) => c))
+  return (await readableViews(ctx, all, request)).filter((v) => wanted.has(v.refCategory))
+}
+
+export async function commitEntry(
+  ctx: ServiceContext,
+  entry: unknown,
+  at: {
+    refDomain: string
+    refKey: string
+    refCategory: string
+    sort: number
+    date: Date
+    user: AuthUser | null
+    request: Request | null
+  },
+): Promise<AttachmentRecord | undefined> {
+  if (!entry || typeof entry !== 'object' || Array.isArray(entry)) throw badRequest('entry must be an object')
+  const e = entry as AttachBagEntry
+  const ext = cleanText(e.ext)
+  const fmetaValue = cleanText(e.fmetaValue)
+  if (e.id !== undefined && e.id !== null) {
+    const id = Number(e.id)
+    if (!Number.isSafeInteger(id) || id <= 0) throw badRequest('id must be a positive integer')
+    const ok = await ctx.repo.updateSort(id, at, at.sort)
+    if (!ok) throw badRequest(`attachment ${id} does not belong to ${at.refDomain}/${at.refKey}/${at.refCategory}`)
+    return
+  }
+  if (typeof e.savedName !== 'string' || !SAVED_NAME.test(e.savedName)) {
+    throw badRequest('savedName must be the name a temporary upload answered')
+  }
+  const savedName = e.savedName
+  const domain = ctx.registry.domain(at.refDomain)
+  const category = ctx.registry.category(at.refDomain, at.refCategory)
+  const createdDt = ctx.now().toISOString()
+  const createdBy = at.user?.id ?? null
+
+  if (e.savedDir !== undefined && e.savedDir !== null) {
+    // Reuse of a stored file: a new record, no copy. The caller must be able to see that file.
+    const source = parseRegularSavedDir(e.savedDir)
+    if (!source) throw badRequest('savedDir is not the directory of a saved attachment')
+    const sourceDomain = ctx.registry.domain(source.refDomain)
+    const blob = await ctx.repo.findBlob(sourceDomain.store, e.savedDir as string, savedName)
+    if (!blob || blob.refCount <= 0) throw notFound(`No saved file ${e.savedDir as string}${savedName}`)
+    const holders = (await ctx.repo.listByReference(source.refDomain, source.refKey)).filter((r) => r.blobId === blob.id)
+    const holder = holders[0]
+    if (!holder) throw notFound(`No saved file ${e.savedDir as string}${savedName}`)
+    if (!(await mayRead(ctx, at.request, holder, at.user))) throw forbidden(`The file ${savedName} may not be reused here`)
+    if (sourceDomain.store !== domain.store) throw badRequest('savedDir reuse across stores is not possible')
+    // The target category's filters run on the stored bytes, as for a temporary file of another category.
+    const reuseStore = ctx.store(blob.store)
+    const reuseKey = storeKey(blob.savedDir, blob.savedName)
+    await refilter(ctx, category, { displayName: holder.displayName, size: blob.fileSize, type: blob.fileType, sha256: blob.sha256 }, reuseStore, reuseKey)
+    const rec = await ctx.repo.createRecord(
+      blob.id,
+      {
+        refDomain: at.refDomain,
+        refKey: at.refKey,
+        refCategory: at.refCategory,
+        displayName: cleanDisplayName(e.displayName, holder.displayName),
+        ext,
+        fmetaValue,
+        sort: at.sort,
+        createdBy,
+        createdDt,
+      },
+      { requireLive: true },
+    )
+    if (!rec) throw notFound(`The saved file ${savedName} was deleted meanwhile`)
+    return rec
+  }
+
+  // From the temporary area. Each step leaves a state from which the retry of the same request
+  // completes the save: the pending blob remembers the temporary name before the file moves, the record
+  // is one transaction, and the sidecar goes last (docs/architecture.md, "The confirmed save").
+  const tmp = ctx.stores.tmpStore
+  const store = ctx.store(domain.store)
+  const tmpFile = tmpKey(savedName)
+  const sameUploader = (a: unknown, b: unknown) => ((a ?? null) === null ? (b ?? null) === null : sameUser(a, b))
+  /** The record an earlier attempt made for this entry: same reference and category, same uploader. */
+  const recordedBefore = async (uploader: unknown): Promise<AttachmentRecord | undefined> => {
+    const live = new Set((await ctx.repo.findBlobsByTmpName(savedName)).filter((b) => b.refCount > 0).map((b) => b.id))
+    if (!live.size) return undefined
+    const records = await ctx.repo.listByReference(at.refDomain, at.refKey, at.refCategory)
+    return records.find((r) => live.has(r.blobId) && sameUploader(r.createdBy, uploader))
+  }
+  const busy = () =>
+    new AttachStorageError('conflict', `${savedName} is being saved by another request; retry this entry`, { status: 409 })
+  const pause = async (step: 'reserved' | 'moved' | 'recorded' | 'done') => {
+    await ctx.testPause?.(step, at.request)
+  }
+
+  const meta = await readTmpMeta(ctx, savedName, { withFile: false })
+  if (!meta) {
+    // No sidecar: expired, never uploaded, or saved. A save whose answer was lost (a crash after the
+    // sidecar went) answers the record it made.
+    const saved = await recordedBefore(createdBy)
+    if (saved) return saved
+    throw notFound(`${savedName} is not in the temporary area (expired, or saved already)`)
+  }
+  if (meta.refDomain !== at.refDomain) throw badRequest(`${savedName} was uploaded for another domain`)
+  // A temporary file belongs to its uploader: nobody else commits it, and its record keeps them as createdBy.
+  if (!sameUploader(meta.createdBy, createdBy)) throw forbidden(`${savedName} was uploaded by another user`)
+  const uploader = meta.createdBy
+
+  const earlier = await ctx.repo.findBlobsByTmpName(savedName)
+  if (earlier.some((b) => b.refCount > 0)) {
+    // Recorded before the sidecar could go: that record is the answer, never a second one.
+    const saved = await recordedBefore(uploader)
+    if (!saved) throw badRequest(`${savedName} is saved already`, 'saved-already')
+    await tmp.delete(tmpMetaKey(savedName)).catch(() => undefined)
+    return saved
+  }
+  // Pending blobs of interrupted attempts: one of this reference is resumed (whatever its month);
+  // others are given up, their file going back to the temporary area first.
+  let tmpThere = await tmp.exists(tmpFile)
+  let blob: BlobRecord | undefined
+  let placed = false
+  for (const p of earlier) {
+    const pStore = ctx.stores.stores.get(p.store)
+    const pKey = storeKey(p.savedDir, p.savedName)
+    const there = pStore ? await pStore.exists(pKey) : false
+    const place = parseRegularSavedDir(p.savedDir)
+    if (!blob && p.refCount === 0 && p.store === domain.store && place?.refDomain === at.refDomain && place.refKey === at.refKey) {
+      blob = p
+      placed = there && !tmpThere
+      continue
+    }
+    if (p.refCount === 0 && !(await ctx.repo.retireBlob(p.id))) throw busy()
+    if (there && pStore) {
+      if (tmpThere) await pStore.delete(pKey)
+      else {
+        await transfer(ctx, pStore, pKey, tmp, tmpFile, meta.type)
+        tmpThere = true
+      }
+    }
+    await ctx.repo.purgeBlob(p.id)
+  }
+  if (!placed && !tmpThere) throw notFound(`${savedName} is not in the temporary area (expired, or saved already)`)
+  const savedDir = blob?.savedDir ?? regularSavedDir(at.refDomain, at.refKey, at.date, ctx.config.timeZone)
+  const key = storeKey(savedDir, savedName)
+  if (meta.refCategory !== at.refCategory) {
+    // The target category's own filters must pass too; a lax category is no way around a strict one.
+    const [from, fromKey] = placed ? [store, key] : [tmp, tmpFile]
+    await refilter(ctx, category, meta, from, fromKey)
+  }
+  if (blob) {
+    if (!(await ctx.repo.touchPendingBlob(blob.id))) throw busy()
+  } else {
+    const existing = await ctx.repo.findBlob(domain.store, savedDir, savedName)
+    if (existing && existing.refCount !== 0) throw badRequest(`${savedName} is saved already`, 'saved-already')
+    if (existing && !(await ctx.repo.touchPendingBlob(existing.id, savedName))) throw busy()
+    // The intent is remembered before anything moves: the pending blob names the temporary file.
+    blob =
+      existing ??
+      (await ctx.repo.reserveBlob({
+        store: domain.store,
+        savedDir,
+        savedName,
+        fileSize: meta.size,
+        fileType: meta.type,
+        sha256: meta.sha256,
+        createdDt,
+        tmpName: savedName,
+      }))
+  }
+  await pause('reserved')
+  if (!placed) await transfer(ctx, tmp, tmpFile, store, key, meta.type)
+  await pause('moved')
+  // A failure here leaves the file at its place under its pending blob: the retry records it.
+  const rec = await ctx.repo.createRecord(
+    blob.id,
+    {
+      refDomain: at.refDomain,
+      refKey: at.refKey,
+      refCategory: at.refCategory,
+      displayName: cleanDisplayName(e.displayName, meta.displayName),
+      ext,
+      fmetaValue,
+      sort: at.sort,
+      createdBy: uploader,
+      createdDt,
+    },
+    { requireLive: false, requirePending: true },
+  )
+  if (!rec) {
+    // Another attempt recorded it first (its record is the answer), or the blob went meanwhile.
+    const saved = await recordedBefore(uploader)
+    if (saved) {
+      await tmp.delete(tmpMetaKey(savedName)).catch(() => undefined)
+      return saved
+    }
+    if (!(await ctx.repo.findBlobById(blob.id))) {
+      // Nothing guards the file at its place any more: back to where the client left it.
+      await transfer(ctx, store, key, tmp, tmpFile, meta.type).catch((err) =>
+        ctx.logger.error(`attach-storage: could not return ${savedName} to the temporary area`, err),
+      )
+    }
+    throw busy()
+  }
+  await pause('recorded')
+  await tmp.delete(tmpMetaKey(savedName)).catch(() => undefined)
+  await pause('done')
+  return rec
+}
+
+/**
+ * Runs a category's own filter chain on a stored file (one moving into the category from another, or
+ * reused through `savedDir`); a refusal throws a 400 with the filter's code.
+ */
+export async function refilter(
+  ctx: ServiceContext,
+  category: RegisteredCategory,
+  file: { displayName: string; size: number; type: string; sha256: string },
+  store: Store,
+  key: string,
+): Promise<void> {
+  const error = await runFilters(ctx, category, [], {
+    displayName: file.displayName,
+    extension: extensionOf(file.displayName),
+    size: file.size,
+    type: file.type,
+    sha256: file.sha256,
+    head: await readHead(ctx, store, key),
+    open: () => store.get(key),
+  })
+  if (error) throw badRequest(`${error.code}: ${error.message}`, error.code)
+}
+
+/**
+ * Commits the `attachContainer` of a host entity save, in-process. Files are placed by the entity's
+ * creation date-time (the domain's `dateField`, default `createdDt`), else by `date`, else now; the
+ * month is taken in `timeZone`. Errors (a partial failure included) reach the caller.
+ *
+ * @example
+ * const post = await db.insertInto('board').values({...}).returningAll().executeTakeFirstOrThrow()
+ * await storage.commitAttachContainer({ refKey: post.id, attachContainer: body.attachContainer, entity: post, user })
+ */
+export async function commitAttachContainer(ctx: ServiceContext, input: {
+  attachContainer: AttachBag | null | undefined
+  refKey: string | number
+  refDomain?: string
+  entity?: Record<string, unknown>
+  date?: Date | string
+  user: AuthUser | null
+  /** The host's request, shown to secure-access functions when a `savedDir` entry reuses a guarded file. */
+  request?: Request
+}): Promise<AttachmentView[]> {
+  const bag = input.attachContainer
+  if (bag === null || bag === undefined) return []
+  const refDomain = input.refDomain ?? (bag as AttachBag).refDomain
+  if (typeof refDomain !== 'string') throw badRequest('attachContainer.refDomain is required')
+  const domain = ctx.registry.domain(refDomain)
+  let raw: unknown = input.date ?? input.entity?.[domain.dateField]
+  if (raw === '' || raw === null) raw = undefined
+  let date: Date | undefined
+  if (raw !== undefined) {
+    date = raw instanceof Date ? raw : new Date(raw as string | number)
+    if (Number.isNaN(date.getTime())) throw badRequest(`The entity's ${domain.dateField} is not a date-time`)
+  }
+  return commitBag(ctx, refDomain, input.refKey, bag, { user: input.user, date, request: input.request })
+}

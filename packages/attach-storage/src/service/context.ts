@@ -1,0 +1,40 @@
+import type { Kysely } from 'kysely'
+import type { AttachConfigParsed } from '../config/schema.js'
+import type { Resizer } from '../media/resize.js'
+import type { Registry } from '../registry/registry.js'
+import type { AttachRepository } from '../repository/attach-repository.js'
+import type { Store } from '../stores/store.js'
+import type { EventHub } from './events.js'
+import type { UrlSigner } from './signing.js'
+import type { StoreSet } from './stores.js'
+import type { Logger } from './types.js'
+
+/** A step of the confirmed save at which crash tests stop the process (test-only). */
+export type SaveStep = 'reserved' | 'moved' | 'recorded' | 'done'
+
+/**
+ * What every use case works over, built once when the service has initialised: the configuration, the
+ * registry, the repository, the stores, the logger, the clock and the event hub. The use cases are
+ * plain functions of it (`lookup(ctx, ...)`); `AttachStorage` is their facade.
+ */
+export interface ServiceContext {
+  readonly config: AttachConfigParsed
+  readonly registry: Registry
+  readonly logger: Logger
+  /** The clock. */
+  readonly now: () => Date
+  readonly db: Kysely<any>
+  readonly repo: AttachRepository
+  /** Every declared store, their settings, and the temporary store. */
+  readonly stores: StoreSet
+  readonly resizer: Resizer
+  /** Signs view URLs of guarded records; undefined without `signing.secret`. */
+  readonly signer: UrlSigner | undefined
+  readonly events: EventHub
+  /** ZIP downloads streaming now (bounded by `zip.concurrency`). */
+  readonly zipSlots: { running: number }
+  /** Test-only pause points of the confirmed save. */
+  readonly testPause: ((step: SaveStep, request: Request | null) => void | Promise<void>) | undefined
+  /** A declared store by name (a configuration error when it is not). */
+  store(name: string): Store
+}

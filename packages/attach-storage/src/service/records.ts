@@ -1,0 +1,269 @@
+/** Lookups, counts, the conditional list, `direct-url`, metadata updates and permanent deletes. */
+import { sql } from 'kysely'
+import { badRequest, forbidden, notFound } from '../errors.js'
+import { LIST_HEADERS, type ListProvider, type ListRequest, type ListResult, parseListRequest, runList } from '../list/list-query.js'
+import { variantPrefix } from '../media/resize.js'
+import type { AttachmentRecord, AttachmentView } from '../model.js'
+import { mapRecord } from '../repository/attach-repository.js'
+import { checkAccess, describeRecord, ownedRecords } from './access.js'
+import type { ServiceContext } from './context.js'
+import { dropBlob } from './housekeeping.js'
+import { checkRefKey, storeKey } from './layout.js'
+import { cleanDisplayName, cleanText } from './names.js'
+import type { AttachBag, AuthUser, LookupFilters } from './types.js'
+import { cdnBase, readableViews, view } from './urls.js'
+
+/** Most matching rows a conditional list over guarded categories reads to find the readable ones. */
+const GUARDED_LIST_MAX = 10_000
+
+/** Pages rows already filtered in memory the way {@link runList} pages a query (same headers). */
+function pageInMemory<T>(rows: T[], request: ListRequest, maxPerPage: number): ListResult<T> {
+  const headers = new Headers()
+  if (!request.paging) return { rows, headers }
+  const perPage = Math.min(Math.floor(request.perPage), maxPerPage)
+  const offset = (request.page - 1) * perPage
+  if (!Number.isSafeInteger(offset)) throw badRequest(`currentPage ${request.page} is too large`)
+  if (!request.skipCount) headers.set(LIST_HEADERS.totalCount, String(rows.length))
+  headers.set(LIST_HEADERS.page, String(request.page))
+  headers.set(LIST_HEADERS.dataCount, String(perPage))
+  const result: ListResult<T> = { rows: rows.slice(offset, offset + perPage), page: request.page, perPage, headers }
+  if (!request.skipCount) result.total = rows.length
+  return result
+}
+
+/** The search whitelist and order of the conditional attachment list. */
+const ATTACHMENT_LIST: ListProvider = {
+  fields: {
+    displayName: { type: 'string', ops: ['eq', 'like'], column: 'display_name' },
+    ext: { type: 'string', ops: ['eq', 'ne', 'in'], column: 'ext' },
+    fmetaValue: { type: 'string', ops: ['eq', 'in'], column: 'fmeta_value' },
+    fileType: { type: 'string', ops: ['eq', 'like'], column: 'file_type' },
+    createdDt: { type: 'datetime', ops: ['gt', 'ge', 'lt', 'le'], column: 'created_dt' },
+  },
+  sortable: {},
+  primaryKey: 'id',
+  defaultOrder: [
+    { column: 'ref_key', direction: 'asc' },
+    { column: 'ref_category', direction: 'asc' },
+    { column: 'sort', direction: 'asc' },
+  ],
+  maxPerPage: 1000,
+}
+
+/** Applies `ext`, `extAlt` and `fmetaValue` to one category's records (in `sort` order). */
+export function applyFilters<T extends Pick<AttachmentRecord, 'ext' | 'fmetaValue'>>(list: T[], f: LookupFilters): T[] {
+  let out = list
+  if (f.fmetaValue !== undefined && f.fmetaValue !== '') out = out.filter((r) => r.fmetaValue === f.fmetaValue)
+  if (f.ext !== undefined && f.ext !== '') out = out.filter((r) => r.ext === f.ext)
+  if (f.extAlt !== undefined && f.extAlt !== '') {
+    const alts = f.extAlt.split(':')
+    let picked: T[] | undefined
+    for (const alt of alts) {
+      const m = out.filter((r) => r.ext === alt)
+      if (m.length) {
+        picked = m
+        break
+      }
+    }
+    out = picked ?? out.slice(0, 1)
+  }
+  return out
+}
+
+/**
+ * The AttachBag of a reference: `{refDomain, <category>: records[]}` in `sort` order, every registered
+ * category of the domain present (or only `refCategory` when given).
+ */
+export async function lookup(
+  ctx: ServiceContext,
+  refDomain: string,
+  refKeyIn: string,
+  refCategory?: string,
+  filters: LookupFilters = {},
+  /** The caller's request, shown to secure-access functions; null: guarded records are left out. */
+  request: Request | null = null,
+): Promise<AttachBag> {
+  const domain = ctx.registry.domain(refDomain)
+  if (refCategory !== undefined) ctx.registry.category(refDomain, refCategory)
+  const refKey = checkRefKey(refKeyIn)
+  const records = await ctx.repo.listByReference(refDomain, refKey, refCategory)
+  const bag: AttachBag = { refDomain }
+  const cats = refCategory !== undefined ? [refCategory] : [...domain.categories.keys()]
+  for (const c of cats) bag[c] = []
+  const views = await readableViews(ctx, records, request)
+  for (const c of new Set(views.map((v) => v.refCategory))) {
+    bag[c] = applyFilters(
+      views.filter((v) => v.refCategory === c),
+      filters,
+    )
+  }
+  return bag
+}
+
+/** The number of attachments of one reference category that the request may read. */
+export async function count(ctx: ServiceContext, refDomain: string, refKey: string, refCategory: string, request: Request | null = null): Promise<number> {
+  const category = ctx.registry.category(refDomain, refCategory)
+  if (!category.secureAccess) return ctx.repo.countByReference(refDomain, checkRefKey(refKey), refCategory)
+  const records = await ctx.repo.listByReference(refDomain, checkRefKey(refKey), refCategory)
+  return (await readableViews(ctx, records, request)).length
+}
+
+/**
+ * The conditional list: records of several references of a domain, ordered by refKey, refCategory,
+ * sort, following the list and pagination convention (`_usePaging`, `currentPage`, `dataPerPage`,
+ * `skipCount`, and `q` on displayName, ext, fmetaValue, fileType, createdDt). Each `url` carries the
+ * record's index within its own reference category, whatever page it is on.
+ */
+export async function listByReferences(
+  ctx: ServiceContext,
+  refDomain: string,
+  refKeys: string[],
+  refCategories?: string[],
+  params: URLSearchParams = new URLSearchParams(),
+  /** The caller's request, shown to secure-access functions; null: guarded records are left out. */
+  httpRequest: Request | null = null,
+): Promise<ListResult<AttachmentView>> {
+  const domain = ctx.registry.domain(refDomain)
+  for (const c of refCategories ?? []) ctx.registry.category(refDomain, c)
+  const keys = refKeys.map(checkRefKey)
+  const request = parseListRequest(params, ATTACHMENT_LIST)
+  const selected = refCategories ?? [...domain.categories.keys()]
+  const guarded = selected.some((c) => domain.categories.get(c)?.secureAccess !== undefined)
+  const list = (req: typeof request, cap?: number) =>
+    runList(ctx.db.selectFrom('attach_file').selectAll(), ATTACHMENT_LIST, req, {
+      enforce: (qb) => {
+        let q = qb.where('ref_domain', '=', refDomain).where('deleted', '=', 0).where('ref_key', 'in', keys)
+        // Only registered categories are listed (an unregistered one serves nothing).
+        q = selected.length ? q.where('ref_category', 'in', selected) : q.where(sql<boolean>`1 = 0`)
+        return cap === undefined ? q : q.limit(cap + 1)
+      },
+      mapRow: (row) => mapRecord(row as never),
+    })
+  let result: ListResult<AttachmentRecord>
+  if (!guarded) {
+    result = await list(request)
+  } else {
+    // A secure-access function is code, not SQL: the readable rows are found in memory, from at most
+    // GUARDED_LIST_MAX matching rows, then paged there, so counts and pages leave out what the caller
+    // may not read.
+    const all = await list({ ...request, paging: false }, GUARDED_LIST_MAX)
+    if (all.rows.length > GUARDED_LIST_MAX) {
+      throw badRequest(`More than ${GUARDED_LIST_MAX} attachments match; narrow refKeyList, refCategoryList or q`)
+    }
+    const readable: AttachmentRecord[] = []
+    for (const r of all.rows) {
+      const category = domain.categories.get(r.refCategory)!
+      if (!category.secureAccess || (await checkAccess(ctx, httpRequest, category, describeRecord(r)))) readable.push(r)
+    }
+    result = pageInMemory(readable, request, ATTACHMENT_LIST.maxPerPage!)
+  }
+  // Each record's index within its reference category, from the full ordered lists of the page's references.
+  const pageKeys = [...new Set(result.rows.map((r) => r.refKey))]
+  const index = new Map<number, number>()
+  if (pageKeys.length) {
+    const all = await ctx.repo.listByReferences(refDomain, pageKeys, refCategories)
+    const pos = new Map<string, number>()
+    for (const r of all) {
+      const k = `${r.refKey}\u0000${r.refCategory}`
+      const i = pos.get(k) ?? 0
+      pos.set(k, i + 1)
+      index.set(r.id, i)
+    }
+  }
+  return {
+    ...result,
+    rows: result.rows.map((r) =>
+      view(ctx, r, index.get(r.id) ?? 0, domain.categories.get(r.refCategory)?.secureAccess !== undefined),
+    ),
+  }
+}
+
+/** The real address of the `index`-th (in `sort` order) attachment of a reference category. */
+export async function directUrl(
+  ctx: ServiceContext,
+  input: { refDomain: unknown; refCategory?: unknown; refKey: unknown; index?: unknown },
+  /** The caller's request, shown to the secure-access function of a guarded category. */
+  request: Request | null = null,
+): Promise<string> {
+  if (typeof input.refDomain !== 'string') throw badRequest('refDomain is required')
+  const refCategory = input.refCategory === undefined ? 'default' : String(input.refCategory)
+  const category = ctx.registry.category(input.refDomain, refCategory)
+  const index = input.index === undefined ? 0 : Number(input.index)
+  if (!Number.isSafeInteger(index) || index < 0) throw badRequest('index must be a non-negative integer')
+  const list = await ctx.repo.listByReference(input.refDomain, checkRefKey(input.refKey), refCategory)
+  const r = list[index]
+  if (!r) throw notFound(`No attachment at index ${index} of ${input.refDomain}/${String(input.refKey)}/${refCategory}`)
+  const byId = `${ctx.config.assetsPrefix}/attach/view/${r.id}`
+  if (category.secureAccess) {
+    // A guarded file's real address is the guarded route, signed for a caller who may read it.
+    if (!(await checkAccess(ctx, request, category, describeRecord(r)))) throw forbidden()
+    return ctx.signer ? `${byId}?${ctx.signer.query(r.id)}` : byId
+  }
+  const cdn = cdnBase(ctx, r.store)
+  return cdn ? cdn + storeKey(r.savedDir, r.savedName) : byId
+}
+
+/** `{cdnUrl, domains: {<domain>: {store, categories}}}`. */
+export function describe(ctx: ServiceContext): { cdnUrl: string | null; domains: Record<string, { store: string; categories: string[] }> } {
+  const domains: Record<string, { store: string; categories: string[] }> = {}
+  for (const d of ctx.registry.domains()) domains[d.name] = { store: d.store, categories: [...d.categories.keys()] }
+  return { cdnUrl: ctx.config.cdnUrl ?? null, domains }
+}
+
+/**
+ * PUT `/attach/`: updates `displayName`, `ext`, `fmetaValue` and `sort` of the listed records, all or
+ * nothing, only when the caller may change every one of them. Other fields are never written.
+ */
+export async function update(ctx: ServiceContext, request: Request, items: unknown, user: AuthUser | null): Promise<number> {
+  const records = await ownedRecords(ctx, request, items, user)
+  const known = new Set(records.map((r) => r.id))
+  const updates = (items as Array<Record<string, unknown>>)
+    .filter((x) => known.has(Number(x.id)))
+    .map((x) => {
+      const u: { id: number; displayName?: string; ext?: string | null; fmetaValue?: string | null; sort?: number } = {
+        id: Number(x.id),
+      }
+      if (x.displayName !== undefined) {
+        if (typeof x.displayName !== 'string' || cleanDisplayName(x.displayName, '') === '') {
+          throw badRequest(`attachment ${u.id}: displayName must be a non-empty string`)
+        }
+        u.displayName = cleanDisplayName(x.displayName)
+      }
+      if (x.ext !== undefined) u.ext = cleanText(x.ext)
+      if (x.fmetaValue !== undefined) u.fmetaValue = cleanText(x.fmetaValue)
+      if (x.sort !== undefined) {
+        const sort = Number(x.sort)
+        if (!Number.isSafeInteger(sort) || sort < 0) throw badRequest(`attachment ${u.id}: sort must be a non-negative integer`)
+        u.sort = sort
+      }
+      return u
+    })
+  return ctx.repo.updateMetadata(updates)
+}
+
+/** POST `/attach`: permanently deletes the listed records (and files no other record uses). */
+export async function remove(ctx: ServiceContext, request: Request, items: unknown, user: AuthUser | null): Promise<number> {
+  const records = await ownedRecords(ctx, request, items, user)
+  return deleteRecords(ctx, records.map((r) => r.id))
+}
+
+/** Deletes records; a physical file goes with its last record. Returns how many records went. */
+export async function deleteRecords(ctx: ServiceContext, ids: number[]): Promise<number> {
+  if (!ids.length) return 0
+  const { deleted, orphanBlobs } = await ctx.repo.markDeleted(ids)
+  await Promise.all([...orphanBlobs.map((b) => dropBlob(ctx, b)), ...deleted.map((r) => dropVariants(ctx, r))])
+  if (deleted.length) ctx.events.emit('deleted', { records: deleted })
+  return deleted.length
+}
+
+/** Deletes every resize variant of a record (they live beside the original, under `_v/{id}/`). */
+export async function dropVariants(ctx: ServiceContext, r: AttachmentRecord): Promise<void> {
+  try {
+    const store = ctx.store(r.store)
+    const prefix = variantPrefix(storeKey(r.savedDir, ''), r.id)
+    ctx.resizer.forget(store.name, prefix)
+    for await (const e of store.list(prefix)) await store.delete(e.key)
+  } catch (err) {
+    ctx.logger.warn(`attach-storage: deleting the variants of attachment ${r.id} failed`, err)
+  }
+}

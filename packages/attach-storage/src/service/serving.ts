@@ -1,0 +1,145 @@
+/** What the binary group serves: records by id or reference (with resized variants), temporary, direct and editor files. */
+import { forbidden, notFound } from '../errors.js'
+import { checkAllowedSize, isResizable, type ResizeRequest, variantKey } from '../media/resize.js'
+import { sniffType } from '../media/sniff.js'
+import type { AttachmentRecord } from '../model.js'
+import { checkAccess, describeRecord, signedFor, syntheticDescription } from './access.js'
+import type { ServiceContext } from './context.js'
+import { checkRefKey, parseDirectPath, SAVED_NAME, storeKey } from './layout.js'
+import { applyFilters } from './records.js'
+import { readHead, readTmpMeta, tmpKey } from './temporary.js'
+import type { LookupFilters, ServeTarget } from './types.js'
+import { EDITOR_DOMAIN } from './uploads.js'
+
+
+/** Resolves a saved attachment by id, checking the category's secure-access function. */
+export async function resolveById(ctx: ServiceContext, request: Request, id: number, resize?: ResizeRequest): Promise<ServeTarget> {
+  const r = await ctx.repo.findById(id)
+  if (!r) throw notFound(`No attachment ${id}`)
+  return serveRecord(ctx, request, r, 'immutable', resize)
+}
+
+/** Resolves the `idx`-th attachment of a reference (after `ext`/`extAlt`/`fmetaValue`). */
+export async function resolveByReference(
+  ctx: ServiceContext,
+  request: Request,
+  ref: { refDomain: string; refKey: string; refCategory: string; idx: number },
+  filters: LookupFilters = {},
+  resize?: ResizeRequest,
+): Promise<ServeTarget> {
+  ctx.registry.category(ref.refDomain, ref.refCategory)
+  const records = await ctx.repo.listByReference(ref.refDomain, checkRefKey(ref.refKey), ref.refCategory)
+  const r = applyFilters(records, filters)[ref.idx]
+  if (!r) throw notFound(`No attachment at index ${ref.idx} of ${ref.refDomain}/${ref.refKey}/${ref.refCategory}`)
+  return serveRecord(ctx, request, r, 'revalidate', resize)
+}
+
+export async function serveRecord(
+  ctx: ServiceContext,
+  request: Request,
+  r: AttachmentRecord,
+  cache: ServeTarget['cache'],
+  resize?: ResizeRequest,
+): Promise<ServeTarget> {
+  const category = ctx.registry.domain(r.refDomain).categories.get(r.refCategory)
+  if (!category) throw notFound(`No attachment ${r.id}`)
+  if (!signedFor(ctx, request, r.id, category) && !(await checkAccess(ctx, request, category, describeRecord(r)))) {
+    throw forbidden()
+  }
+  const store = ctx.store(r.store)
+  const key = storeKey(r.savedDir, r.savedName)
+  if (resize) checkAllowedSize(category.sizes, resize)
+  if (resize && isResizable(r.fileType)) {
+    const vkey = variantKey(storeKey(r.savedDir, ''), r.id, resize)
+    // HEAD makes no variant: a stored one answers its own headers, else the original's (see serveFile).
+    const variant = await ctx.resizer.variant(
+      store,
+      key,
+      vkey,
+      r.fileType,
+      resize,
+      (err) => ctx.logger.warn(`attach-storage: attachment ${r.id} could not be resized; serving the original`, err),
+      { lookOnly: request.method === 'HEAD' },
+    )
+    if (variant) {
+      const ext = resize.format ? `.${resize.format === 'jpeg' ? 'jpg' : resize.format}` : undefined
+      return {
+        store,
+        key: variant.key,
+        displayName: ext ? r.displayName.replace(/(\.[^.]*)?$/, ext) : r.displayName,
+        fileType: variant.type,
+        fileSize: variant.size,
+        etag: `${r.sha256}-${resize.w ?? 0}x${resize.h ?? 0}${resize.format ?? ''}`,
+        lastModified: new Date(r.createdDt),
+        cache,
+        private: category.secureAccess !== undefined,
+        vary: resize.negotiated ? 'Accept' : undefined,
+        bytes: variant.bytes,
+      }
+    }
+  }
+  return {
+    store,
+    key,
+    displayName: r.displayName,
+    fileType: r.fileType,
+    fileSize: r.fileSize,
+    etag: r.sha256,
+    lastModified: new Date(r.createdDt),
+    cache,
+    private: category.secureAccess !== undefined,
+    vary: resize?.negotiated ? 'Accept' : undefined,
+  }
+}
+
+/** Resolves a temporary file for preview (synthetic file description; no resizing). */
+export async function resolveTemporary(ctx: ServiceContext, request: Request, refDomain: string, refCategory: string, savedName: string): Promise<ServeTarget> {
+  const category = ctx.registry.category(refDomain, refCategory)
+  if (!SAVED_NAME.test(savedName)) throw notFound('No such temporary file')
+  const meta = await readTmpMeta(ctx, savedName)
+  if (!meta || meta.refDomain !== refDomain || meta.refCategory !== refCategory) throw notFound('No such temporary file')
+  if (!(await checkAccess(ctx, request, category, syntheticDescription(refDomain, refCategory, savedName)))) throw forbidden()
+  const stat = await ctx.stores.tmpStore.stat(tmpKey(savedName))
+  return {
+    store: ctx.stores.tmpStore,
+    key: tmpKey(savedName),
+    displayName: meta.displayName,
+    fileType: meta.type,
+    fileSize: stat.size,
+    etag: meta.sha256,
+    lastModified: stat.lastModified,
+    cache: 'immutable',
+    private: true,
+  }
+}
+
+/** Resolves a directly uploaded file by its `path` (synthetic file description; no resizing). */
+export async function resolveDirect(ctx: ServiceContext, request: Request, refDomain: string, refCategory: string, path: unknown): Promise<ServeTarget> {
+  const domain = ctx.registry.domain(refDomain)
+  const category = ctx.registry.category(refDomain, refCategory)
+  const p = parseDirectPath(path, refDomain, refCategory)
+  if (!p) throw notFound('No such direct file')
+  if (!(await checkAccess(ctx, request, category, syntheticDescription(refDomain, refCategory, p.savedName)))) throw forbidden()
+  const store = ctx.store(domain.store)
+  const key = storeKey(p.savedDir, p.savedName)
+  const stat = await store.stat(key)
+  const head = await readHead(ctx, store, key)
+  return {
+    store,
+    key,
+    displayName: p.savedName,
+    fileType: await sniffType(head, p.savedName),
+    fileSize: stat.size,
+    lastModified: stat.lastModified,
+    cache: 'immutable',
+    private: category.secureAccess !== undefined,
+  }
+}
+
+/** Resolves `/editor/image/{category}/{yyyy}/{MM}/{savedName}` (secure-access checked like direct files). */
+export async function resolveEditorImage(ctx: ServiceContext, request: Request, parts: string[]): Promise<ServeTarget> {
+  if (parts.length !== 4) throw notFound('No such editor image')
+  const [refCategory, yyyy, MM, savedName] = parts as [string, string, string, string]
+  if (!/^\d{4}$/.test(yyyy) || !/^\d{2}$/.test(MM)) throw notFound('No such editor image')
+  return resolveDirect(ctx, request, EDITOR_DOMAIN, refCategory, `/${EDITOR_DOMAIN}/${yyyy}/${MM}/_/${refCategory}/${savedName}`)
+}

@@ -1,0 +1,46 @@
+/** The temporary area: its keys and the sidecar that makes a temporary file savable. */
+import type { Readable } from 'node:stream'
+import { AttachStorageError } from '../errors.js'
+import { SNIFF_BYTES } from '../media/sniff.js'
+import { readAll } from '../stores/read-all.js'
+import type { Store } from '../stores/store.js'
+import type { ServiceContext } from './context.js'
+
+export const TMP_PREFIX = '_tmp/'
+
+export const tmpKey = (name: string) => TMP_PREFIX + name
+
+export const tmpMetaKey = (name: string) => `${TMP_PREFIX}${name}.meta.json`
+
+/** Metadata kept beside a temporary file. */
+export interface TmpMeta {
+  name: string
+  displayName: string
+  size: number
+  type: string
+  sha256: string
+  refDomain: string
+  refCategory: string
+  createdBy: string | number | null
+  createdDt: string
+}
+
+export async function readHead(ctx: ServiceContext, store: Store, key: string): Promise<Uint8Array> {
+  const s = await store.get(key, { start: 0, end: SNIFF_BYTES - 1 }).catch(() => undefined)
+  return s ? readAll(s) : new Uint8Array()
+}
+
+/** The sidecar of a temporary file; undefined when it is missing, or (unless `withFile` is false) the file is. */
+export async function readTmpMeta(ctx: ServiceContext, savedName: string, options: { withFile?: boolean } = {}): Promise<TmpMeta | undefined> {
+  const tmp = ctx.stores.tmpStore
+  let stream: Readable
+  try {
+    stream = await tmp.get(tmpMetaKey(savedName))
+  } catch (err) {
+    if (err instanceof AttachStorageError && err.code === 'not-found') return undefined
+    throw err
+  }
+  const meta = JSON.parse((await readAll(stream)).toString('utf8')) as TmpMeta
+  if (options.withFile !== false && !(await tmp.exists(tmpKey(savedName)))) return undefined
+  return meta
+}

@@ -1,0 +1,286 @@
+/** Receiving files into the temporary area, the filter chain, temporary, direct and editor uploads. */
+import { rename } from 'node:fs/promises'
+import { dirname } from 'node:path'
+import type { Readable } from 'node:stream'
+import { badRequest, notFound } from '../errors.js'
+import type { FileProbe } from '../filters/filters.js'
+import { extensionOf, sniffType } from '../media/sniff.js'
+import type { RegisteredCategory } from '../registry/registry.js'
+import { mkdirDurable, syncDir } from '../stores/local-store.js'
+import type { Store } from '../stores/store.js'
+import type { ServiceContext } from './context.js'
+import { ingest } from './ingest.js'
+import { directSavedDir, generateSavedName, storeKey } from './layout.js'
+import { cleanDisplayName } from './names.js'
+import { tmpKey, type TmpMeta, tmpMetaKey } from './temporary.js'
+import type { AuthUser, DirectItem, ReceivedFile, TemporaryItem } from './types.js'
+import { directFileUrl, editorUrl } from './urls.js'
+
+/** The domain of rich-text editor uploads. */
+export const EDITOR_DOMAIN = 'editor'
+
+
+/**
+ * Streams one uploaded file into the temporary area. Nothing is checked yet; call
+ * {@link completeTemporaryUpload} or {@link completeDirectUpload}, or {@link discardReceived}.
+ */
+export async function receiveFile(
+  ctx: ServiceContext,
+  source: Readable,
+  fileName: string,
+  options: { maxSize?: number; signal?: AbortSignal } = {},
+): Promise<ReceivedFile> {
+  const displayName = cleanDisplayName(fileName)
+  const extension = extensionOf(displayName)
+  const name = generateSavedName(extension)
+  const r = await ingest(ctx.stores.tmpStore, tmpKey(name), source, {
+    maxSize: options.maxSize ?? ctx.config.upload.maxFileSize,
+    signal: options.signal,
+  })
+  return { name, displayName, extension, ...r }
+}
+
+/** Removes received files (after a failed request). */
+export async function discardReceived(ctx: ServiceContext, files: ReceivedFile[]): Promise<void> {
+  await Promise.all(
+    files.flatMap((f) => [ctx.stores.tmpStore.delete(tmpKey(f.name)), ctx.stores.tmpStore.delete(tmpMetaKey(f.name))]),
+  ).catch((err) => ctx.logger.warn('attach-storage: could not remove temporary files', err))
+}
+
+export function probe(ctx: ServiceContext, file: ReceivedFile, type: string): FileProbe {
+  return {
+    displayName: file.displayName,
+    extension: file.extension,
+    size: file.size,
+    type,
+    sha256: file.sha256,
+    head: file.head,
+    open: () => ctx.stores.tmpStore.get(tmpKey(file.name)),
+  }
+}
+
+/**
+ * Parses a request's `filters` object: keys of registered request filters act (adding to the
+ * category's chain); others are ignored with a warning.
+ */
+export function parseRequestFilters(ctx: ServiceContext, raw: unknown): Array<{ name: string; options: Record<string, unknown> }> {
+  if (raw === undefined || raw === null || raw === '') return []
+  let obj = raw
+  if (typeof raw === 'string') {
+    try {
+      obj = JSON.parse(raw)
+    } catch {
+      throw badRequest('filters must be a JSON object')
+    }
+  }
+  if (!obj || typeof obj !== 'object' || Array.isArray(obj)) throw badRequest('filters must be a JSON object')
+  const out: Array<{ name: string; options: Record<string, unknown> }> = []
+  const ignored: string[] = []
+  for (const [name, options] of Object.entries(obj as Record<string, unknown>)) {
+    if (!ctx.registry.requestFilter(name)) {
+      ignored.push(name)
+      continue
+    }
+    if (options === null || typeof options !== 'object' || Array.isArray(options)) {
+      throw badRequest(`filters.${name} must be an object of options`)
+    }
+    out.push({ name, options: options as Record<string, unknown> })
+  }
+  if (ignored.length) {
+    // One line per request, whatever the client sent: names are quoted (JSON escapes control characters
+    // and newlines), cut to 64 characters, and at most 10 are named.
+    const shown = ignored.slice(0, 10).map((n) => JSON.stringify(n.length > 64 ? n.slice(0, 64) + '…' : n))
+    const more = ignored.length > shown.length ? ` and ${ignored.length - shown.length} more` : ''
+    ctx.logger.warn(`attach-storage: request filters not registered, ignored: ${shown.join(', ')}${more}`)
+  }
+  return out
+}
+
+export async function runFilters(
+  ctx: ServiceContext,
+  category: RegisteredCategory,
+  requestFilters: Array<{ name: string; options: Record<string, unknown> }>,
+  probe: FileProbe,
+): Promise<{ code: string; message: string } | undefined> {
+  const chain = [
+    ...category.filters,
+    ...requestFilters.map((f) => ({ filter: ctx.registry.requestFilter(f.name)!, options: f.options })),
+  ]
+  for (const { filter, options } of chain) {
+    let verdict
+    try {
+      verdict = await filter.check(probe, options)
+    } catch (err) {
+      ctx.logger.error(`attach-storage: filter "${filter.name}" failed`, err)
+      verdict = { code: filter.name, message: `${probe.displayName} could not be checked` }
+    }
+    if (verdict) return { code: String(verdict.code), message: String(verdict.message) }
+  }
+  return undefined
+}
+
+/**
+ * Step 1 of the two-step upload: runs the filter chain on received files and keeps the accepted ones in
+ * the temporary area. Rejected files are removed and answered with `error`.
+ */
+export async function completeTemporaryUpload(
+  ctx: ServiceContext,
+  files: ReceivedFile[],
+  input: { refDomain: unknown; refCategory?: unknown; filters?: unknown; user: AuthUser | null },
+): Promise<TemporaryItem[]> {
+  try {
+    const { category, refDomain, refCategory, requestFilters } = uploadTarget(ctx, input)
+    const items: TemporaryItem[] = []
+    for (const f of files) {
+      const type = await sniffType(f.head, f.displayName)
+      const error = await runFilters(ctx, category, requestFilters, probe(ctx, f, type))
+      if (error) {
+        await discardReceived(ctx, [f])
+        items.push({ displayName: f.displayName, size: f.size, error })
+        continue
+      }
+      const meta: TmpMeta = {
+        name: f.name,
+        displayName: f.displayName,
+        size: f.size,
+        type,
+        sha256: f.sha256,
+        refDomain,
+        refCategory,
+        createdBy: input.user?.id ?? null,
+        createdDt: ctx.now().toISOString(),
+      }
+      await ctx.stores.tmpStore.put(tmpMetaKey(f.name), Buffer.from(JSON.stringify(meta)), { contentType: 'application/json' })
+      ctx.events.emit('uploaded', {
+        kind: 'temporary',
+        refDomain,
+        refCategory,
+        name: f.name,
+        savedDir: null,
+        displayName: f.displayName,
+        size: f.size,
+        type,
+        sha256: f.sha256,
+        user: input.user,
+      })
+      items.push({
+        name: f.name,
+        displayName: f.displayName,
+        size: f.size,
+        type,
+        url: null,
+        thumbnailUrl: null,
+        deleteUrl: null,
+        deleteType: 'DELETE',
+      })
+    }
+    return items
+  } catch (err) {
+    await discardReceived(ctx, files)
+    throw err
+  }
+}
+
+export function uploadTarget(ctx: ServiceContext, input: { refDomain: unknown; refCategory?: unknown; filters?: unknown }) {
+  if (typeof input.refDomain !== 'string' || input.refDomain === '') throw badRequest('refDomain is required')
+  const refDomain = input.refDomain
+  const refCategory =
+    input.refCategory === undefined || input.refCategory === '' ? 'default' : String(input.refCategory)
+  const category = ctx.registry.category(refDomain, refCategory)
+  const requestFilters = parseRequestFilters(ctx, input.filters)
+  return { domain: ctx.registry.domain(refDomain), category, refDomain, refCategory, requestFilters }
+}
+
+/**
+ * Direct upload: filters, then the file goes straight to its final place
+ * `/{refDomain}/{yyyy}/{MM}/_/{refCategory}/`; no record is made.
+ */
+export async function completeDirectUpload(
+  ctx: ServiceContext,
+  files: ReceivedFile[],
+  input: { refDomain: unknown; refCategory?: unknown; filters?: unknown; user: AuthUser | null },
+  kind: 'direct' | 'editor' = 'direct',
+): Promise<DirectItem[]> {
+  const done: Array<{ store: Store; key: string }> = []
+  try {
+    const { domain, category, refDomain, refCategory, requestFilters } = uploadTarget(ctx, input)
+    const store = ctx.store(domain.store)
+    const savedDir = directSavedDir(refDomain, refCategory, ctx.now(), ctx.config.timeZone)
+    const items: DirectItem[] = []
+    for (const f of files) {
+      const type = await sniffType(f.head, f.displayName)
+      const error = await runFilters(ctx, category, requestFilters, probe(ctx, f, type))
+      if (error) {
+        await discardReceived(ctx, [f])
+        items.push({ displayName: f.displayName, size: f.size, error })
+        continue
+      }
+      const key = storeKey(savedDir, f.name)
+      await transfer(ctx, ctx.stores.tmpStore, tmpKey(f.name), store, key, type)
+      done.push({ store, key })
+      ctx.events.emit('uploaded', {
+        kind,
+        refDomain,
+        refCategory,
+        name: f.name,
+        savedDir,
+        displayName: f.displayName,
+        size: f.size,
+        type,
+        sha256: f.sha256,
+        user: input.user,
+      })
+      items.push({
+        name: f.name,
+        savedDir,
+        url:
+          kind === 'editor'
+            ? editorUrl(ctx, domain.store, refCategory, savedDir, f.name)
+            : directFileUrl(ctx, domain.store, refDomain, refCategory, savedDir, f.name),
+        displayName: f.displayName,
+        size: f.size,
+        type,
+      })
+    }
+    return items
+  } catch (err) {
+    await discardReceived(ctx, files)
+    await Promise.all(done.map((d) => d.store.delete(d.key).catch(() => undefined)))
+    throw err
+  }
+}
+
+/**
+ * Moves a file between stores: a rename on one local file system, else stream copy + delete. Durable
+ * once it resolves: a rename is followed by an fsync of both directories (a put fsyncs itself).
+ */
+export async function transfer(ctx: ServiceContext, from: Store, fromKey: string, to: Store, toKey: string, contentType?: string): Promise<void> {
+  if (from === to) return to.move(fromKey, toKey)
+  if (from.localPath && to.localPath && from.type === 'local' && to.type === 'local') {
+    const src = from.localPath(fromKey)
+    const dst = to.localPath(toKey)
+    try {
+      await mkdirDurable(dirname(dst))
+      await rename(src, dst)
+      await syncDir(dirname(dst))
+      await syncDir(dirname(src))
+      return
+    } catch (err) {
+      const code = (err as NodeJS.ErrnoException).code
+      if (code === 'ENOENT') throw notFound(`No stored file ${fromKey}`)
+      if (code !== 'EXDEV') throw err
+    }
+  }
+  const { size } = await from.stat(fromKey)
+  await to.put(toKey, await from.get(fromKey), { contentType, size })
+  await from.delete(fromKey)
+}
+
+/**
+ * Rich-text editor upload: a direct upload into domain `editor` (category `default` unless given),
+ * through that category's filters (images only by default). Answers the direct items, whose `url` is
+ * the editor image route (or the CDN address).
+ */
+export function completeEditorUpload(ctx: ServiceContext, files: ReceivedFile[], input: { refCategory?: unknown; user: AuthUser | null }): Promise<DirectItem[]> {
+  return completeDirectUpload(ctx, files, { refDomain: EDITOR_DOMAIN, refCategory: input.refCategory, user: input.user }, 'editor')
+}

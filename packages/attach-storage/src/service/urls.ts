@@ -1,0 +1,66 @@
+/** The addresses a record or a direct file is answered with (CDN, guarded route, signed URL). */
+import type { AttachmentRecord, AttachmentView } from '../model.js'
+import { checkAccess, describeRecord } from './access.js'
+import type { ServiceContext } from './context.js'
+import { storeKey } from './layout.js'
+import { EDITOR_DOMAIN } from './uploads.js'
+
+
+export function cdnBase(ctx: ServiceContext, storeName: string): string | undefined {
+  const s = ctx.stores.settings.get(storeName)?.cdnUrl
+  return typeof s === 'string' && s ? (s.endsWith('/') ? s : s + '/') : ctx.config.cdnUrl
+}
+
+export function directFileUrl(ctx: ServiceContext, storeName: string, refDomain: string, refCategory: string, savedDir: string, name: string): string {
+  // A guarded category's files never get a public address: their url is the guarded binary route.
+  const guarded = ctx.registry.domain(refDomain).categories.get(refCategory)?.secureAccess !== undefined
+  const cdn = guarded ? undefined : cdnBase(ctx, storeName)
+  if (cdn) return cdn + storeKey(savedDir, name)
+  const path = encodeURIComponent(savedDir + name)
+  return `${ctx.config.assetsPrefix}/attach-direct/view/${refDomain}/${refCategory}?path=${path}`
+}
+
+/**
+ * The records the request may read, answered with `url` (and `cdnUrl`); `index` is each record's
+ * position within its reference category among all its records (the slot a by-reference view names).
+ * Records of a guarded category are left out unless its secure-access function allows the request.
+ * `records` must be in reference, category and `sort` order.
+ */
+export async function readableViews(ctx: ServiceContext, records: AttachmentRecord[], request: Request | null): Promise<AttachmentView[]> {
+  const pos = new Map<string, number>()
+  const out: AttachmentView[] = []
+  for (const r of records) {
+    const k = `${r.refKey}\u0000${r.refCategory}`
+    const index = pos.get(k) ?? 0
+    pos.set(k, index + 1)
+    const category = ctx.registry.domain(r.refDomain).categories.get(r.refCategory)
+    if (!category) continue // a category no longer registered serves nothing, so it lists nothing
+    if (category.secureAccess && !(await checkAccess(ctx, request, category, describeRecord(r)))) continue
+    out.push(view(ctx, r, index, category.secureAccess !== undefined))
+  }
+  return out
+}
+
+/**
+ * A record as answered. A guarded record never carries a CDN or direct address: its `url` is the
+ * guarded binary route, signed when signing is configured (the caller was allowed to read it).
+ */
+export function view(ctx: ServiceContext, r: AttachmentRecord, index: number, guarded: boolean): AttachmentView {
+  const { sha256: _s, store, blobId: _b, ...rest } = r
+  const cdn = guarded ? undefined : cdnBase(ctx, store)
+  if (cdn) {
+    const cdnUrl = cdn + storeKey(r.savedDir, r.savedName)
+    return { ...rest, url: cdnUrl, cdnUrl }
+  }
+  let url = `${ctx.config.assetsPrefix}/attach/view/${encodeURIComponent(r.refDomain)}/${encodeURIComponent(r.refKey)}/${encodeURIComponent(r.refCategory)}/${index}`
+  if (guarded && ctx.signer) url += '?' + ctx.signer.query(r.id)
+  return { ...rest, url }
+}
+
+export function editorUrl(ctx: ServiceContext, storeName: string, refCategory: string, savedDir: string, name: string): string {
+  const guarded = ctx.registry.domain(EDITOR_DOMAIN).categories.get(refCategory)?.secureAccess !== undefined
+  const cdn = guarded ? undefined : cdnBase(ctx, storeName)
+  if (cdn) return cdn + storeKey(savedDir, name)
+  const [, , yyyy, MM] = savedDir.split('/')
+  return `${ctx.config.assetsPrefix}/editor/image/${refCategory}/${yyyy}/${MM}/${name}`
+}
