@@ -4,6 +4,7 @@ import { type Readable, Transform, type TransformCallback } from 'node:stream'
 import { pipeline } from 'node:stream/promises'
 import {
   AttachStorageError,
+  isValidKey,
   normalizeKey,
   normalizePrefix,
   notFoundError,
@@ -202,7 +203,7 @@ export class FtpStore implements Store {
         for (const entry of entries.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0))) {
           const name = entry.name
           // Dot-files (among them every `.x.y.partial`), `.`/`..`, and names no key can have are skipped.
-          if (!isKey(keyPrefix + name)) continue
+          if (!isValidKey(keyPrefix + name)) continue
           if (entry.isDirectory) {
             dirs.push(name)
           } else if (entry.isFile) {
@@ -540,15 +541,6 @@ class ByteCounter extends Transform {
 /** Replies that mean "no such file" to SIZE, MDTM, RETR, RNFR. */
 function isMissing(err: unknown): boolean {
   return err instanceof FTPError && (err.code === 550 || err.code === 450)
-}
-
-function isKey(key: string): boolean {
-  try {
-    normalizeKey(key)
-    return true
-  } catch {
-    return false
-  }
 }
 
 /** A one-line, bounded description of an error (a server reply, a socket error). */

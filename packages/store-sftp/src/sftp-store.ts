@@ -4,6 +4,8 @@ import { Readable, Writable } from 'node:stream'
 import { pipeline } from 'node:stream/promises'
 import {
   AttachStorageError,
+  isNormalKey,
+  isValidKey,
   normalizeKey,
   normalizePrefix,
   notFoundError,
@@ -495,11 +497,11 @@ export class SftpStore implements Store {
     entries.sort((a, b) => (a.filename < b.filename ? -1 : a.filename > b.filename ? 1 : 0))
     for (const entry of entries) {
       // Dot files (among them every `.x.y.partial`) and names no key can have are skipped; so are links.
-      if (!isKeySegment(entry.filename)) continue
+      if (!isNormalKey(entry.filename)) continue
       const key = keyPrefix + entry.filename
       if (isDirectory(entry.attrs)) {
         yield* this.#walk(posix.join(dir, entry.filename), `${key}/`)
-      } else if (isRegularFile(entry.attrs) && isKey(key)) {
+      } else if (isRegularFile(entry.attrs) && isValidKey(key)) {
         yield { key, size: entry.attrs.size, lastModified: new Date(entry.attrs.mtime * 1000) }
       }
     }
@@ -518,23 +520,6 @@ function noop(): void {}
 
 const isInside = (path: string, root: string): boolean =>
   root === '.' ? !path.startsWith('/') && path !== '.' && !path.startsWith('../') : path.startsWith(`${root === '/' ? '' : root}/`)
-
-function isKeySegment(name: string): boolean {
-  try {
-    return normalizeKey(name) === name
-  } catch {
-    return false
-  }
-}
-
-function isKey(key: string): boolean {
-  try {
-    normalizeKey(key)
-    return true
-  } catch {
-    return false
-  }
-}
 
 /** `.<name>.<random>.partial` next to `path`; the name is cut so the result fits in 255 bytes. */
 function tempPathFor(path: string): string {

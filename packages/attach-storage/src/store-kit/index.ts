@@ -16,7 +16,7 @@ export {
   type StoreSettingsSpec,
 } from './settings.js'
 export { badKeyError, isValidRange, notFoundError, quoteKey, rangeNotSatisfiable, redact, storeFailure } from './errors.js'
-export { prefixedKey, storePrefix, unprefixedKey } from './keys.js'
+export { isValidKey, prefixedKey, storePrefix, unprefixedKey } from './keys.js'
 export { resolveRange } from '../stores/range.js'
 export { AttachStorageError } from '../errors.js'
 export { normalizeKey, normalizePrefix, joinKey, isNormalKey, MAX_KEY_LENGTH } from '../stores/key.js'

@@ -23,3 +23,13 @@ export function prefixedKey(prefix: string, key: string): string {
 export function unprefixedKey(prefix: string, name: string): string | undefined {
   return name.startsWith(prefix) ? name.slice(prefix.length) : undefined
 }
+
+/** True when the key normalizer accepts `key` (in any spelling it normalizes); for skipping foreign names in `list`. */
+export function isValidKey(key: string): boolean {
+  try {
+    normalizeKey(key)
+    return true
+  } catch {
+    return false
+  }
+}
