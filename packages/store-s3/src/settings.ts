@@ -71,24 +71,7 @@ export interface S3StoreSettings {
 }
 
 /** The settings after validation, with defaults applied. */
-export interface ResolvedS3Settings {
-  bucket: string
-  region: string | undefined
-  credentials: { accessKeyId: string; secretAccessKey: string; sessionToken?: string } | undefined
-  endpoint: string | undefined
-  forcePathStyle: boolean
-  prefix: string
-  requestChecksumCalculation: ChecksumMode | undefined
-  responseChecksumValidation: ChecksumMode | undefined
-  connectTimeout: number
-  socketTimeout: number
-  maxAttempts: number
-  partSize: number
-  queueSize: number
-  multipartCopyThreshold: number
-  copyPartSize: number
-  verifyOnStart: boolean
-}
+export type ResolvedS3Settings = ReturnType<typeof resolveS3Settings>
 
 const checksumOf = (x: unknown): ChecksumMode | undefined => {
   const upper = typeof x === 'string' ? x.trim().toUpperCase().replace(/-/g, '_') : undefined
@@ -135,7 +118,7 @@ export function resolveS3Settings(
   name: string,
   settings: Record<string, unknown>,
   options: { regionOptional?: boolean } = {},
-): ResolvedS3Settings {
+) {
   const s = s3Settings.parse(name, settings, options.regionOptional ? { required: ['bucket'] } : {})
   const { accessKey, secretKey, sessionToken, endpoint } = s
   if ((accessKey === undefined) !== (secretKey === undefined)) {
@@ -167,16 +150,20 @@ export function resolveS3Settings(
   const byEndpoint = endpoint ? ('WHEN_REQUIRED' as const) : undefined
   return {
     bucket: s.bucket!,
-    region: s.region,
+    region: s.region as string | undefined,
     credentials:
       accessKey !== undefined && secretKey !== undefined
-        ? { accessKeyId: accessKey, secretAccessKey: secretKey, ...(sessionToken !== undefined ? { sessionToken } : {}) }
+        ? ({ accessKeyId: accessKey, secretAccessKey: secretKey, ...(sessionToken !== undefined ? { sessionToken } : {}) } as {
+            accessKeyId: string
+            secretAccessKey: string
+            sessionToken?: string
+          })
         : undefined,
     endpoint,
     forcePathStyle: s.forcePathStyle,
     prefix: s.prefix,
-    requestChecksumCalculation: checksumOf(s.requestChecksumCalculation) ?? byEndpoint,
-    responseChecksumValidation: checksumOf(s.responseChecksumValidation) ?? byEndpoint,
+    requestChecksumCalculation: (checksumOf(s.requestChecksumCalculation) ?? byEndpoint) as ChecksumMode | undefined,
+    responseChecksumValidation: (checksumOf(s.responseChecksumValidation) ?? byEndpoint) as ChecksumMode | undefined,
     connectTimeout: Math.max(1, Math.round(s.connectTimeout)),
     socketTimeout: Math.max(1, Math.round(s.socketTimeout)),
     maxAttempts: s.maxAttempts,
