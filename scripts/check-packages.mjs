@@ -1,0 +1,634 @@
+#!/usr/bin/env node
+/**
+ * Checks the published packages the way a user gets them (`npm run check:packages`):
+ *
+ * 1. builds the workspace (`npm run build`, tsup into each package's `dist/`);
+ * 2. packs every published package under packages/ (`npm pack`) into a temporary folder;
+ * 3. lints each tarball with publint (errors and warnings fail) and with @arethetypeswrong/cli in its
+ *    `esm-only` profile (the packages are ESM-only, so `require()` from CommonJS and the pre-`exports`
+ *    `node10` resolution are not supported; every other attw problem fails);
+ * 4. installs the tarballs into a fresh project outside the workspace (third-party dependencies come
+ *    from the registry or npm's cache; the project's own packages must come from the tarballs);
+ * 5. there, imports every package, type-checks the README's embedding example against the installed
+ *    declarations, and runs it: a Hono app with `mountAttachStorage` on SQLite and a local folder,
+ *    a temporary upload, the host's save route calling `commitAttachContainer`, a view and a resized
+ *    view through `createAttachHandler(storage).fetch`.
+ *
+ * Prints one line per check (`ok`, `FAIL`, or `note` for what is reported but not a failure) and
+ * exits 1 on any failure. Options:
+ *   --skip-build     use the dist/ folders as they are
+ *   --keep           keep the temporary folder (its path is printed)
+ *   --with-scripts   run the dependencies' install scripts in the fresh project (compiles
+ *                    better-sqlite3 from source when no prebuilt binary can be fetched; slower)
+ */
+import { spawn } from 'node:child_process'
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { dirname, join, relative, resolve } from 'node:path'
+import { fileURLToPath } from 'node:url'
+
+const root = resolve(dirname(fileURLToPath(import.meta.url)), '..')
+const args = new Set(process.argv.slice(2))
+const started = Date.now()
+const failures = []
+
+function line(status, name, detail) {
+  const text = `${status.padEnd(4)} ${name}${detail ? `: ${detail}` : ''}`
+  console.log(text)
+  if (status === 'FAIL') failures.push(name)
+}
+const indent = (text) =>
+  text
+    .trim()
+    .split('\n')
+    .map((l) => `       ${l}`)
+    .join('\n')
+
+/** Runs a command; resolves with its exit code and combined output (never rejects). */
+function run(command, commandArgs, options = {}) {
+  return new Promise((done) => {
+    const child = spawn(command, commandArgs, {
+      cwd: options.cwd ?? root,
+      env: { ...process.env, FORCE_COLOR: '0', NO_COLOR: '1', ...options.env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    })
+    let output = ''
+    child.stdout.on('data', (d) => (output += d))
+    child.stderr.on('data', (d) => (output += d))
+    const timer = setTimeout(() => child.kill('SIGKILL'), options.timeout ?? 300_000)
+    child.on('error', (error) => {
+      clearTimeout(timer)
+      done({ code: -1, output: `${output}\n${error.message}` })
+    })
+    child.on('close', (code, signal) => {
+      clearTimeout(timer)
+      done({ code: code ?? -1, output: signal ? `${output}\nkilled by ${signal}` : output })
+    })
+  })
+}
+/** npm's own noise (unknown user config keys, engine warnings of third-party packages) dropped. */
+const quiet = (output) =>
+  output
+    .split('\n')
+    .filter((l) => !/^npm warn (Unknown user config|EBADENGINE|deprecated)/.test(l))
+    .join('\n')
+const tail = (output, lines = 30) => quiet(output).trim().split('\n').slice(-lines).join('\n')
+const npm = process.platform === 'win32' ? 'npm.cmd' : 'npm'
+
+async function main() {
+  // The published packages: every packages/* folder with a package.json that is not private.
+  const packages = readdirSync(join(root, 'packages'), { withFileTypes: true })
+    .filter((d) => d.isDirectory() && existsSync(join(root, 'packages', d.name, 'package.json')))
+    .map((d) => {
+      const dir = join(root, 'packages', d.name)
+      return { dir, pkg: JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8')) }
+    })
+    .filter((p) => !p.pkg.private)
+  const names = new Set(packages.map((p) => p.pkg.name))
+
+  // 1. Build. Two checks in one tree would rebuild each other's dist/ while packing; the second waits.
+  await takeLock()
+  if (args.has('--skip-build')) line('note', 'build', 'skipped (--skip-build)')
+  else {
+    const t = Date.now()
+    const build = await run(npm, ['run', 'build'])
+    if (build.code !== 0) {
+      line('FAIL', 'build', `npm run build exited ${build.code}\n${indent(tail(build.output))}`)
+      return
+    }
+    line('ok', 'build', `npm run build (${Math.round((Date.now() - t) / 1000)} s)`)
+  }
+
+  const work = mkdtempSync(join(tmpdir(), 'attach-storage-packages-'))
+  const packs = join(work, 'packs')
+  const app = join(work, 'app')
+  mkdirSync(packs)
+  mkdirSync(app)
+  try {
+    await checkAll(packages, names, packs, app)
+  } finally {
+    if (args.has('--keep')) line('note', 'temporary folder kept', work)
+    else rmSync(work, { recursive: true, force: true })
+  }
+}
+
+/**
+ * A lock directory beside the workspace's installed packages, holding the owner's pid: a second run of
+ * the check in the same tree waits for the first (up to 10 minutes), and takes over a lock whose owner
+ * is gone. Released on exit.
+ */
+async function takeLock() {
+  const lock = join(root, 'node_modules', '.cache', 'check-packages.lock')
+  mkdirSync(dirname(lock), { recursive: true })
+  const deadline = Date.now() + 600_000
+  let waited = false
+  for (;;) {
+    try {
+      mkdirSync(lock)
+      writeFileSync(join(lock, 'pid'), String(process.pid))
+      process.on('exit', () => rmSync(lock, { recursive: true, force: true }))
+      if (waited) line('note', 'lock', 'another check of this tree finished; going on')
+      return
+    } catch (error) {
+      if (error.code !== 'EEXIST') throw error
+    }
+    let owner = NaN
+    try {
+      owner = Number(readFileSync(join(lock, 'pid'), 'utf8'))
+    } catch {}
+    let alive = false
+    if (owner > 0) {
+      try {
+        process.kill(owner, 0)
+        alive = true
+      } catch (error) {
+        alive = error.code === 'EPERM'
+      }
+    }
+    let age = 0
+    try {
+      age = Date.now() - statSync(lock).mtimeMs
+    } catch {
+      continue // released meanwhile
+    }
+    if (!alive && (owner > 0 || age > 10_000)) {
+      rmSync(lock, { recursive: true, force: true })
+      continue
+    }
+    if (Date.now() > deadline) throw new Error(`another check of this tree (pid ${owner}) holds ${lock}`)
+    if (!waited) line('note', 'lock', `another check of this tree is running (pid ${owner}); waiting`)
+    waited = true
+    await new Promise((r) => setTimeout(r, 1000))
+  }
+}
+
+async function checkAll(packages, names, packs, app) {
+  // 2. Pack, all in one npm call.
+  const pack = await run(npm, [
+    'pack',
+    '--json',
+    '--pack-destination',
+    packs,
+    ...packages.flatMap((p) => ['--workspace', relative(root, p.dir)]),
+  ])
+  let packed
+  try {
+    packed = JSON.parse(pack.output.slice(pack.output.indexOf('[')))
+  } catch {
+    packed = null
+  }
+  if (pack.code !== 0 || !Array.isArray(packed)) {
+    line('FAIL', 'pack', `npm pack exited ${pack.code}\n${indent(tail(pack.output))}`)
+    return
+  }
+  const tarballs = []
+  for (const { dir, pkg } of packages) {
+    const entry = packed.find((e) => e.name === pkg.name)
+    if (!entry) {
+      line('FAIL', `pack ${pkg.name}`, 'no tarball')
+      continue
+    }
+    const files = entry.files.map((f) => f.path)
+    const problems = []
+    // Every file the exports map (and main/types) names for a consumer must be in the tarball.
+    for (const target of exportTargets(pkg)) {
+      if (!files.includes(target.replace(/^\.\//, ''))) problems.push(`${target} is not in the tarball`)
+    }
+    const stray = files.filter((f) => /(^|\/)(src|test)\/|\.test\.|\.tsbuildinfo$|(^|\/)\.data\//.test(f))
+    if (stray.length) problems.push(`unexpected files: ${stray.slice(0, 5).join(', ')}`)
+    const file = join(packs, entry.filename)
+    tarballs.push({ name: pkg.name, dir, pkg, file })
+    line(
+      problems.length ? 'FAIL' : 'ok',
+      `pack ${pkg.name}`,
+      problems.length ? problems.join('; ') : `${entry.filename}, ${files.length} files, ${kib(entry.size)}`,
+    )
+    const source = exportTargets(pkg, 'source').filter((f) => !files.includes(f.replace(/^\.\//, '')))
+    if (source.length) {
+      line('note', `pack ${pkg.name}`, `the workspace-only "source" condition names ${source.length} file(s) not in the tarball (a consumer resolving with --conditions=source fails)`)
+    }
+    const missing = ['README', 'LICENSE'].filter((n) => !files.some((f) => f.toUpperCase().startsWith(n)))
+    if (missing.length) line('note', `pack ${pkg.name}`, `no ${missing.join(' or ')} file in the tarball`)
+  }
+  if (tarballs.length === 0) return
+
+  // 3 and 4 at once: the linters use the CPU, the install mostly waits on the disk and the network.
+  const [lintLines, installed] = await Promise.all([lint(tarballs), install(tarballs, names, app)])
+  for (const l of lintLines) line(...l)
+  if (!installed) return
+
+  // 5. The installed packages, in the fresh project.
+  writeFileSync(join(app, 'imports.mjs'), importsScript(tarballs))
+  const imports = await run(process.execPath, ['imports.mjs'], { cwd: app, timeout: 60_000 })
+  line(imports.code === 0 ? 'ok' : 'FAIL', 'import every package and subpath', imports.code === 0 ? imports.output.trim() : `\n${indent(tail(imports.output))}`)
+
+  writeFileSync(join(app, 'example.mjs'), EXAMPLE_JS)
+  for (const [name, text] of Object.entries(embeddingSources())) writeFileSync(join(app, name), text)
+  writeFileSync(join(app, 'tsconfig.json'), TSCONFIG)
+  const tsc = join(root, 'node_modules', 'typescript', 'bin', 'tsc')
+  const [example, types] = await Promise.all([
+    run(process.execPath, ['example.mjs'], { cwd: app, timeout: 120_000 }),
+    run(process.execPath, [tsc, '-p', 'tsconfig.json'], { cwd: app, timeout: 120_000 }),
+  ])
+  line(
+    types.code === 0 ? 'ok' : 'FAIL',
+    "type-check the README's embedding example (TypeScript, NodeNext)",
+    types.code === 0 ? '' : `\n${indent(tail(types.output))}`,
+  )
+  if (example.code === 0) {
+    for (const l of example.output.trim().split('\n')) console.log(l)
+  } else {
+    line('FAIL', "run the README's embedding example", `exited ${example.code}\n${indent(tail(example.output, 40))}`)
+  }
+}
+
+/**
+ * The files a consumer resolves: the `exports` targets but those of the workspace-only `source`
+ * condition, and `main`, `types`; with `only`, the targets of that one condition.
+ */
+function exportTargets(pkg, only) {
+  const targets = new Set()
+  const walk = (value, condition) => {
+    if (typeof value === 'string') {
+      if (only ? condition === only : condition !== 'source') targets.add(value)
+    } else if (value && typeof value === 'object') for (const [k, v] of Object.entries(value)) walk(v, k)
+  }
+  walk(pkg.exports)
+  if (!only) for (const field of ['main', 'types', 'module']) if (typeof pkg[field] === 'string') targets.add(pkg[field])
+  return [...targets].filter((t) => !t.includes('*'))
+}
+
+const kib = (bytes) => `${(bytes / 1024).toFixed(1)} KiB`
+
+async function lint(tarballs) {
+  const lines = []
+  const { publint } = await import('publint')
+  const { formatMessage } = await import('publint/utils')
+  for (const t of tarballs) {
+    const tarball = readFileSync(t.file)
+    const result = await publint({
+      pack: { tarball: tarball.buffer.slice(tarball.byteOffset, tarball.byteOffset + tarball.byteLength) },
+      level: 'suggestion',
+    })
+    const bad = result.messages.filter((m) => m.type !== 'suggestion')
+    const suggestions = result.messages.filter((m) => m.type === 'suggestion')
+    const text = (ms) => ms.map((m) => `${m.type}: ${formatMessage(m, result.pkg) ?? m.code}`).join('\n')
+    lines.push(['ok', `publint ${t.name}`, ''])
+    if (bad.length) lines[lines.length - 1] = ['FAIL', `publint ${t.name}`, `\n${indent(text(bad))}`]
+    if (suggestions.length) lines.push(['note', `publint ${t.name}`, `\n${indent(text(suggestions))}`])
+  }
+  // attw: one process per tarball, two at a time.
+  const attw = join(root, 'node_modules', '@arethetypeswrong', 'cli', 'dist', 'index.js')
+  const results = new Array(tarballs.length)
+  let next = 0
+  await Promise.all(
+    [0, 1].map(async () => {
+      while (next < tarballs.length) {
+        const i = next++
+        results[i] = await run(process.execPath, [attw, tarballs[i].file, '--profile', 'esm-only', '--no-definitely-typed', '--format', 'ascii', '--no-emoji'], {
+          timeout: 120_000,
+        })
+      }
+    }),
+  )
+  tarballs.forEach((t, i) => {
+    const r = results[i]
+    lines.push(
+      r.code === 0
+        ? ['ok', `attw ${t.name}`, 'esm-only profile']
+        : ['FAIL', `attw ${t.name}`, `exited ${r.code}\n${indent(tail(r.output, 40))}`],
+    )
+  })
+  return lines
+}
+
+async function install(tarballs, names, app) {
+  const rootPkg = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8'))
+  const core = tarballs.find((t) => t.name === 'attach-storage')
+  // Beside the tarballs, what the example itself imports: the host's framework and server, jose to sign
+  // a token, and Node's types for the TypeScript check. Versions as the workspace pins them.
+  const hono = tarballs.find((t) => t.name === '@attach-storage/hono')?.pkg.devDependencies?.hono ?? 'latest'
+  const extras = [
+    `hono@${hono}`,
+    `@hono/node-server@${installedVersion('@hono/node-server') ?? 'latest'}`,
+    `jose@${core?.pkg.dependencies?.jose ?? 'latest'}`,
+    `@types/node@${rootPkg.devDependencies?.['@types/node'] ?? '20'}`,
+  ]
+  writeFileSync(
+    join(app, 'package.json'),
+    `${JSON.stringify({ name: 'attach-storage-install-check', version: '0.0.0', private: true, type: 'module' }, null, 2)}\n`,
+  )
+  const withScripts = args.has('--with-scripts')
+  const t = Date.now()
+  const result = await run(
+    npm,
+    [
+      'install',
+      '--no-audit',
+      '--no-fund',
+      '--prefer-offline',
+      '--loglevel=error',
+      ...(withScripts ? [] : ['--ignore-scripts']),
+      ...tarballs.map((tb) => tb.file),
+      ...extras,
+    ],
+    { cwd: app, timeout: 240_000 },
+  )
+  if (result.code !== 0) {
+    line('FAIL', 'install the tarballs into a fresh project', `npm install exited ${result.code}\n${indent(tail(result.output))}`)
+    return false
+  }
+  // Every copy of the project's packages in the fresh tree must be one of the tarballs.
+  const lock = JSON.parse(readFileSync(join(app, 'package-lock.json'), 'utf8'))
+  const wrong = []
+  for (const [path, entry] of Object.entries(lock.packages ?? {})) {
+    const name = entry.name ?? path.slice(path.lastIndexOf('node_modules/') + 'node_modules/'.length)
+    if (!path || !names.has(name)) continue
+    if (entry.link || !String(entry.resolved ?? '').startsWith('file:')) wrong.push(`${path} from ${entry.resolved ?? 'a link'}`)
+  }
+  const absent = tarballs.filter((tb) => !lock.packages?.[`node_modules/${tb.name}`])
+  if (wrong.length || absent.length) {
+    line(
+      'FAIL',
+      'install the tarballs into a fresh project',
+      [...wrong.map((w) => `not from a tarball: ${w}`), ...absent.map((a) => `not installed: ${a.name}`)].join('; '),
+    )
+    return false
+  }
+  if (!withScripts) {
+    // Install scripts were skipped; better-sqlite3 is the one native addon the example needs. The
+    // workspace's build of the same version is reused (same Node), else it is built here.
+    const version = JSON.parse(readFileSync(join(app, 'node_modules', 'better-sqlite3', 'package.json'), 'utf8')).version
+    const built = join(root, 'node_modules', 'better-sqlite3', 'build', 'Release', 'better_sqlite3.node')
+    if (installedVersion('better-sqlite3') === version && existsSync(built)) {
+      mkdirSync(join(app, 'node_modules', 'better-sqlite3', 'build', 'Release'), { recursive: true })
+      cpSync(built, join(app, 'node_modules', 'better-sqlite3', 'build', 'Release', 'better_sqlite3.node'))
+    } else {
+      const rebuild = await run(npm, ['rebuild', 'better-sqlite3'], { cwd: app, timeout: 300_000 })
+      if (rebuild.code !== 0) {
+        line('FAIL', 'build better-sqlite3 in the fresh project', `\n${indent(tail(rebuild.output))}`)
+        return false
+      }
+    }
+  }
+  line(
+    'ok',
+    'install the tarballs into a fresh project',
+    `${tarballs.length} tarballs + ${extras.join(' ')}${withScripts ? '' : ' (install scripts skipped)'} (${Math.round((Date.now() - t) / 1000)} s)`,
+  )
+  return true
+}
+
+function installedVersion(name) {
+  try {
+    return JSON.parse(readFileSync(join(root, 'node_modules', name, 'package.json'), 'utf8')).version
+  } catch {
+    return undefined
+  }
+}
+
+/** A script that imports every entry point of every package and checks it exports something. */
+function importsScript(tarballs) {
+  const specifiers = tarballs.flatMap((t) =>
+    Object.keys(t.pkg.exports ?? { '.': null })
+      .filter((k) => !k.includes('*') && k !== './package.json')
+      // attach-storage/testing imports vitest, an optional peer the fresh project does not have.
+      .filter((k) => !(t.name === 'attach-storage' && k === './testing'))
+      .map((k) => (k === '.' ? t.name : `${t.name}/${k.slice(2)}`)),
+  )
+  return `const specifiers = ${JSON.stringify(specifiers)}
+let failed = false
+const counts = []
+for (const s of specifiers) {
+  try {
+    const m = await import(s)
+    const n = Object.keys(m).length
+    if (n === 0) throw new Error('exports nothing')
+    counts.push(s + ' (' + n + ')')
+  } catch (error) {
+    failed = true
+    console.error(s + ': ' + (error && error.stack || error))
+  }
+}
+if (failed) process.exit(1)
+console.log(counts.join(', '))
+process.exit(0)
+`
+}
+
+const TSCONFIG = `${JSON.stringify(
+  {
+    compilerOptions: {
+      target: 'ES2022',
+      module: 'NodeNext',
+      moduleResolution: 'NodeNext',
+      lib: ['ES2023', 'DOM', 'DOM.Iterable'],
+      types: ['node'],
+      strict: true,
+      noEmit: true,
+      // The installed declarations are checked too: an import they make that a user does not have
+      // (an optional peer's types, a dev-only package) fails here instead of turning into \`any\`.
+      skipLibCheck: false,
+    },
+    files: ['embedding.ts', 'bridge.ts'],
+  },
+  null,
+  2,
+)}\n`
+
+/**
+ * The README's embedding example, as a user would paste it: the first TypeScript block under
+ * "## Embedding" (type-checked, not run: it listens on a port), and the Web handlers and the
+ * node:http bridge the README names after it.
+ */
+function embeddingSources() {
+  const readme = readFileSync(join(root, 'README.md'), 'utf8')
+  const section = readme.slice(readme.indexOf('\n## Embedding'))
+  const block = /```ts\n([\s\S]*?)```/.exec(section)
+  if (!readme.includes('\n## Embedding') || !block) throw new Error('README.md has no TypeScript block under "## Embedding"')
+  return {
+    'embedding.ts': block[1],
+    'bridge.ts': `import { createServer } from 'node:http'
+import { createAttachHandler, type AttachStorage } from 'attach-storage'
+import { createNodeHandler } from 'attach-storage/node'
+
+export function listen(storage: AttachStorage) {
+  const { api, assets, fetch, matches } = createAttachHandler(storage)
+  const handlers: Array<(request: Request) => Promise<Response>> = [api, assets, fetch]
+  return { server: createServer(createNodeHandler(fetch)), handlers, matches }
+}
+`,
+  }
+}
+
+/**
+ * The embedding example run for real: the README's Hono app (no listening socket: \`app.fetch\`), then
+ * the plain Web handler for the view and the resized view. Plain ESM JavaScript, as a user would write.
+ */
+const EXAMPLE_JS = `import assert from 'node:assert/strict'
+import { mkdirSync } from 'node:fs'
+import { deflateSync } from 'node:zlib'
+import { Hono } from 'hono'
+import { SignJWT } from 'jose'
+import { createAttachHandler, createAttachStorage, openDatabase } from 'attach-storage'
+import { mountAttachStorage } from '@attach-storage/hono'
+
+const step = (name, detail = '') => console.log('ok   example: ' + name + (detail ? ': ' + detail : ''))
+
+// A 320x240 PNG of noise-free gradients, made here so the example needs no image file.
+function png(width, height) {
+  const crcTable = Array.from({ length: 256 }, (_, n) => {
+    let c = n
+    for (let k = 0; k < 8; k++) c = c & 1 ? 0xedb88320 ^ (c >>> 1) : c >>> 1
+    return c >>> 0
+  })
+  const crc = (buf) => {
+    let c = 0xffffffff
+    for (const b of buf) c = crcTable[(c ^ b) & 0xff] ^ (c >>> 8)
+    return (c ^ 0xffffffff) >>> 0
+  }
+  const chunk = (type, data) => {
+    const body = Buffer.concat([Buffer.from(type, 'latin1'), data])
+    const out = Buffer.alloc(body.length + 8)
+    out.writeUInt32BE(data.length, 0)
+    body.copy(out, 4)
+    out.writeUInt32BE(crc(body), body.length + 4)
+    return out
+  }
+  const ihdr = Buffer.alloc(13)
+  ihdr.writeUInt32BE(width, 0)
+  ihdr.writeUInt32BE(height, 4)
+  ihdr[8] = 8 // bit depth
+  ihdr[9] = 2 // RGB
+  const raw = Buffer.alloc((width * 3 + 1) * height)
+  for (let y = 0; y < height; y++) {
+    const row = y * (width * 3 + 1)
+    for (let x = 0; x < width; x++) {
+      raw[row + 1 + x * 3] = (x * 7 + y) & 0xff
+      raw[row + 2 + x * 3] = (y * 5 + x * x) & 0xff
+      raw[row + 3 + x * 3] = (x * y) & 0xff
+    }
+  }
+  return Buffer.concat([
+    Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]),
+    chunk('IHDR', ihdr),
+    chunk('IDAT', deflateSync(raw)),
+    chunk('IEND', Buffer.alloc(0)),
+  ])
+}
+
+mkdirSync('./data', { recursive: true })
+const db = await openDatabase({ type: 'sqlite', file: './data/app.db' })
+await db.schema
+  .createTable('post')
+  .ifNotExists()
+  .addColumn('id', 'integer', (c) => c.primaryKey().autoIncrement())
+  .addColumn('title', 'text', (c) => c.notNull())
+  .addColumn('created_dt', 'text', (c) => c.notNull())
+  .execute()
+
+const secret = 'install-check-secret-of-32-bytes!'
+const storage = await createAttachStorage({
+  config: {
+    directory: { 'base-dir': './data/files', 'tmp-dir': './data/tmp' },
+    domains: {
+      post: { 'date-field': 'created_dt', categories: { image: { filters: ['image'] } } },
+    },
+  },
+  db,
+  jwt: { secret },
+})
+step('createAttachStorage on SQLite and a local folder')
+
+const app = new Hono()
+mountAttachStorage(app, storage)
+app.post('/posts', async (c) => {
+  const user = await storage.authenticate(c.req.raw)
+  if (!user) return c.json({ code: 'unauthorized', message: 'A valid Bearer token is required' }, 401)
+  const { title, attachContainer } = await c.req.json()
+  const post = await db
+    .insertInto('post')
+    .values({ title, created_dt: new Date().toISOString() })
+    .returningAll()
+    .executeTakeFirstOrThrow()
+  const attachments = await storage.commitAttachContainer({
+    refDomain: 'post',
+    refKey: post.id,
+    attachContainer,
+    entity: post,
+    user,
+    request: c.req.raw,
+  })
+  return c.json({ ...post, attachments }, 201)
+})
+
+const token = await new SignJWT({})
+  .setProtectedHeader({ alg: 'HS256' })
+  .setSubject('1')
+  .setExpirationTime('1h')
+  .sign(new TextEncoder().encode(secret))
+const auth = { Authorization: 'Bearer ' + token }
+const base = 'http://localhost'
+const image = png(320, 240)
+
+// Temporary upload, through the Hono mount.
+const form = new FormData()
+form.append('refDomain', 'post')
+form.append('refCategory', 'image')
+form.append('file', new Blob([image], { type: 'image/png' }), 'gradient.png')
+let res = await app.fetch(new Request(base + '/api/storage/attach/tmp', { method: 'POST', headers: auth, body: form }))
+assert.equal(res.status, 200, 'temporary upload: ' + res.status + ' ' + (await res.clone().text()))
+const uploaded = (await res.json()).files
+assert.equal(uploaded.length, 1)
+assert.equal(uploaded[0].size, image.length)
+step('temporary upload', 'POST /api/storage/attach/tmp answered 200, ' + uploaded[0].size + ' bytes')
+
+// Confirmed save: the host's route commits the container with its entity.
+res = await app.fetch(
+  new Request(base + '/posts', {
+    method: 'POST',
+    headers: { ...auth, 'Content-Type': 'application/json' },
+    body: JSON.stringify({
+      title: 'Hello',
+      attachContainer: { refDomain: 'post', image: [{ savedName: uploaded[0].name, displayName: 'gradient.png' }] },
+    }),
+  }),
+)
+assert.equal(res.status, 201, 'save: ' + res.status + ' ' + (await res.clone().text()))
+const post = await res.json()
+assert.equal(post.attachments.length, 1)
+const record = post.attachments[0]
+assert.equal(record.refKey, String(post.id))
+assert.equal(record.fileSize, image.length)
+assert.equal(record.fileType, 'image/png')
+step('confirmed save (commitAttachContainer)', 'POST /posts answered 201, record ' + record.id + ' at ' + record.url)
+
+// View and resized view through the plain Web handler.
+const handler = createAttachHandler(storage)
+res = await handler.fetch(new Request(base + record.url))
+assert.equal(res.status, 200, 'view: ' + res.status)
+assert.equal(res.headers.get('content-type'), 'image/png')
+const viewed = Buffer.from(await res.arrayBuffer())
+assert.ok(viewed.equals(image), 'the viewed bytes are the uploaded bytes')
+step('view', 'GET ' + record.url + ' answered 200 with the ' + viewed.length + ' uploaded bytes')
+
+res = await handler.fetch(new Request(base + record.url + '?w=80'))
+assert.equal(res.status, 200, 'resized view: ' + res.status + ' ' + (await res.clone().text()))
+const resized = Buffer.from(await res.arrayBuffer())
+assert.ok(resized.length > 0 && resized.length < image.length, 'resized ' + resized.length + ' < ' + image.length)
+assert.equal(resized.readUInt32BE(16), 80, 'resized width')
+assert.equal(resized.readUInt32BE(20), 60, 'resized height')
+step('resized view', 'GET ' + record.url + '?w=80 answered 200, 80x60, ' + resized.length + ' bytes < ' + image.length)
+
+await storage.close()
+await db.destroy()
+process.exit(0)
+`
+
+await main().catch((error) => line('FAIL', 'check-packages', error?.stack ?? String(error)))
+const seconds = Math.round((Date.now() - started) / 1000)
+if (failures.length) {
+  console.log(`${failures.length} check(s) failed in ${seconds} s: ${failures.join(', ')}`)
+  process.exit(1)
+}
+console.log(`all package checks passed in ${seconds} s`)
