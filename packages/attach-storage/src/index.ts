@@ -25,7 +25,7 @@ export {
   AttachConfigSchema,
   camelizeSettings,
   parseAttachConfig,
-  STORE_TYPES,
+  STORE_PACKAGES,
   type AttachConfigInput,
   type AttachConfigParsed,
   type CategoryConfig,

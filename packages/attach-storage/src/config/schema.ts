@@ -313,8 +313,3 @@ export function checkStoreDeclarations(
   }
 }
 
-/**
- * @deprecated The core no longer lists store settings; see {@link STORE_PACKAGES}. Kept only while the
- * root entry still exports this name.
- */
-export const STORE_TYPES = STORE_PACKAGES
