@@ -207,6 +207,8 @@ async function checkAll(packages, names, packs, app) {
     if (source.length) {
       line('note', `pack ${pkg.name}`, `the workspace-only "source" condition names ${source.length} file(s) not in the tarball (a consumer resolving with --conditions=source fails)`)
     }
+    const meta = metadataProblems(pkg)
+    line(meta.length ? 'FAIL' : 'ok', `metadata ${pkg.name}`, meta.join('; '))
     const missing = ['README', 'LICENSE'].filter((n) => !files.some((f) => f.toUpperCase().startsWith(n)))
     if (missing.length) line('note', `pack ${pkg.name}`, `no ${missing.join(' or ')} file in the tarball`)
   }
@@ -240,6 +242,20 @@ async function checkAll(packages, names, packs, app) {
   } else {
     line('FAIL', "run the README's embedding example", `exited ${example.code}\n${indent(tail(example.output, 40))}`)
   }
+}
+
+/** What every published package.json must say, beside what publint checks. */
+function metadataProblems(pkg) {
+  const problems = []
+  if (pkg.type !== 'module') problems.push('"type" is not "module" (the packages are ESM-only)')
+  if (!pkg.license) problems.push('no "license"')
+  if (!pkg.description) problems.push('no "description"')
+  if (!pkg.engines?.node) problems.push('no "engines.node"')
+  if (!Array.isArray(pkg.files) || pkg.files.length === 0) problems.push('no "files" list')
+  if (!pkg.exports) problems.push('no "exports" map')
+  // A scoped package is published restricted (a paid private package) unless it says otherwise.
+  if (pkg.name.startsWith('@') && pkg.publishConfig?.access !== 'public') problems.push('scoped, without "publishConfig": {"access": "public"}')
+  return problems
 }
 
 /**
