@@ -17,11 +17,19 @@
  *   with `--skip-grant-tables` (any user, no password), durability off, and is stopped and removed at
  *   teardown. Run as root, `mariadbd --user=mysql` drops to the `mysql` system user itself.
  *
- * No binaries: the run fails (never a silent skip), with a hint on how to install them.
+ * Missing system packages: before starting anything, the Debian packages whose binaries the tests run
+ * are installed with apt-get when they are missing (`apt-get update` once, then one `apt-get install`),
+ * as root or through passwordless sudo, and the set-up says so on stderr: `postgresql` and
+ * `mariadb-server` (unless the URL above names a server), `openssh-server` and `openssh-client` (the SFTP
+ * store tests start sshd), `python3` (the ZIP tests check archives with its zipfile module). When all
+ * are present nothing is run and nothing is printed. Set `ATTACH_TEST_NO_INSTALL=1` to never install.
+ *
+ * No binaries (and no way to install them): the run fails (never a silent skip), with a hint on how to
+ * install them.
  *
  * Several vitest projects list this setup; they share one server of each kind in the same process.
  */
-import { type ChildProcess, execFileSync, spawn } from 'node:child_process'
+import { type ChildProcess, execFileSync, spawn, spawnSync } from 'node:child_process'
 import { chownSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs'
 import { createServer } from 'node:net'
 import { tmpdir } from 'node:os'
@@ -43,10 +51,12 @@ interface Lease {
 
 const SHARED_KEY = Symbol.for('attach-storage.test.servers')
 type ServerKind = 'postgres' | 'mysql'
-type SharedState = Partial<Record<ServerKind, Promise<RunningServer>>>
+type SharedState = Partial<Record<ServerKind, Promise<RunningServer>>> & { packages?: Promise<void> }
 const shared: SharedState = ((globalThis as Record<symbol, SharedState>)[SHARED_KEY] ??= {})
 
 export default async function setup(project: TestProject): Promise<() => Promise<void>> {
+  // Once per process, before any server starts: the projects' set-ups share the installation.
+  await (shared.packages ??= installMissingPackages())
   // Both servers boot at once: most of either start-up is waiting on the disk and on the server itself.
   const [postgres, mariadb] = await Promise.allSettled([
     acquire('postgres', process.env.ATTACH_TEST_PG_URL, startPostgres),
@@ -89,6 +99,70 @@ async function acquire(kind: ServerKind, external: string | undefined, start: ()
       await server.stop()
     },
   }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// System packages
+// ---------------------------------------------------------------------------------------------------
+
+/** The Debian packages whose binaries the tests need and this machine lacks, with what each is for. */
+function missingPackages(): Array<{ name: string; why: string }> {
+  const missing: Array<{ name: string; why: string }> = []
+  if (!process.env.ATTACH_TEST_PG_URL && findPostgresBin() === undefined) {
+    missing.push({ name: 'postgresql', why: 'PostgreSQL server binaries (initdb, postgres)' })
+  }
+  if (!process.env.ATTACH_TEST_MYSQL_URL && findMariadbServer() === undefined) {
+    missing.push({ name: 'mariadb-server', why: 'MariaDB server binary (mariadbd)' })
+  }
+  // packages/store-sftp/src/test-sshd.ts runs these two by their Debian paths.
+  if (!existsSync('/usr/sbin/sshd')) missing.push({ name: 'openssh-server', why: 'OpenSSH server (/usr/sbin/sshd)' })
+  if (!existsSync('/usr/bin/ssh-keygen')) missing.push({ name: 'openssh-client', why: 'ssh-keygen (/usr/bin/ssh-keygen)' })
+  if (findOnPath('python3') === undefined) missing.push({ name: 'python3', why: 'python3 (the ZIP tests read archives with zipfile)' })
+  return missing
+}
+
+/**
+ * Installs the missing packages with apt-get (`apt-get update` once, then one `apt-get install`), as root
+ * or through passwordless sudo, saying so on stderr. Does nothing, silently, when everything is present.
+ * When it cannot install, it says what is missing and returns: the servers' own start-up then fails with
+ * its hint.
+ */
+async function installMissingPackages(): Promise<void> {
+  const missing = missingPackages()
+  if (missing.length === 0) return
+  const names = missing.map((p) => p.name)
+  const what = missing.map((p) => `${p.name}: ${p.why}`).join('; ')
+  const say = (line: string) => process.stderr.write(`[global-setup] ${line}\n`)
+  const aptGet = findOnPath('apt-get', ['/usr/bin', '/bin'])
+  let prefix: string[] | undefined
+  if (process.getuid?.() === 0) prefix = []
+  else if (findOnPath('sudo', ['/usr/bin']) !== undefined && spawnSync('sudo', ['-n', 'true'], { stdio: 'ignore' }).status === 0) {
+    // sudo resets the environment: DEBIAN_FRONTEND goes through env(1).
+    prefix = ['sudo', '-n', 'env', 'DEBIAN_FRONTEND=noninteractive']
+  }
+  if (process.env.ATTACH_TEST_NO_INSTALL || aptGet === undefined || prefix === undefined) {
+    const reason = process.env.ATTACH_TEST_NO_INSTALL
+      ? 'ATTACH_TEST_NO_INSTALL is set'
+      : aptGet === undefined
+        ? 'apt-get was not found'
+        : 'not root and no passwordless sudo'
+    say(`missing system packages, not installed (${reason}): ${what}. Install them: apt-get install ${names.join(' ')}`)
+    return
+  }
+  say(`installing missing system packages with apt-get: ${what}`)
+  const started = Date.now()
+  const env = { ...process.env, DEBIAN_FRONTEND: 'noninteractive' }
+  const apt = async (args: string[]) => {
+    const [program, ...rest] = [...prefix, aptGet, ...args]
+    await run(program!, rest, undefined, env)
+  }
+  try {
+    await apt(['update', '-qq'])
+    await apt(['install', '-y', '-qq', '--no-install-recommends', ...names])
+  } catch (err) {
+    throw new Error(`Installing ${names.join(' ')} with apt-get failed: ${err instanceof Error ? err.message : String(err)}`)
+  }
+  say(`installed ${names.join(' ')} in ${Math.round((Date.now() - started) / 1000)} s`)
 }
 
 /** The `bin` directory holding initdb and postgres: the highest /usr/lib/postgresql/<v>/bin, else PATH. */
@@ -326,8 +400,8 @@ function findOnPath(name: string, extra: string[] = []): string | undefined {
 }
 
 /** Runs a program to its end; rejects with the tail of its output when it fails. */
-async function run(program: string, args: string[], input?: string): Promise<void> {
-  const child = spawn(program, args, { stdio: [input === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'] })
+async function run(program: string, args: string[], input?: string, env?: NodeJS.ProcessEnv): Promise<void> {
+  const child = spawn(program, args, { stdio: [input === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'], env })
   let output = ''
   const keep = (chunk: Buffer) => {
     output = (output + chunk.toString()).slice(-8000)
