@@ -376,10 +376,15 @@ async function install(tarballs, names, app) {
     // workspace's build of the same version is reused (same Node), else it is built here.
     const version = JSON.parse(readFileSync(join(app, 'node_modules', 'better-sqlite3', 'package.json'), 'utf8')).version
     const built = join(root, 'node_modules', 'better-sqlite3', 'build', 'Release', 'better_sqlite3.node')
+    let usable = false
     if (installedVersion('better-sqlite3') === version && existsSync(built)) {
       mkdirSync(join(app, 'node_modules', 'better-sqlite3', 'build', 'Release'), { recursive: true })
       cpSync(built, join(app, 'node_modules', 'better-sqlite3', 'build', 'Release', 'better_sqlite3.node'))
-    } else {
+      // Built for this Node? (The workspace may have been installed under another version.)
+      const probe = await run(process.execPath, ['-e', "new (require('better-sqlite3'))(':memory:').close()"], { cwd: app, timeout: 30_000 })
+      usable = probe.code === 0
+    }
+    if (!usable) {
       const rebuild = await run(npm, ['rebuild', 'better-sqlite3'], { cwd: app, timeout: 300_000 })
       if (rebuild.code !== 0) {
         line('FAIL', 'build better-sqlite3 in the fresh project', `\n${indent(tail(rebuild.output))}`)
