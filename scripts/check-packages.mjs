@@ -20,15 +20,22 @@
  *   --keep           keep the temporary folder (its path is printed)
  *   --with-scripts   run the dependencies' install scripts in the fresh project (compiles
  *                    better-sqlite3 from source when no prebuilt binary can be fetched; slower)
+ *   --nice           run at a lower CPU priority (nice 10), inherited by the build and the rest, so
+ *                    that tests running beside it (npm test) keep their timing
  */
 import { spawn } from 'node:child_process'
 import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs'
-import { tmpdir } from 'node:os'
+import { getPriority, setPriority, tmpdir } from 'node:os'
 import { dirname, join, relative, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '..')
 const args = new Set(process.argv.slice(2))
+if (args.has('--nice')) {
+  try {
+    setPriority(Math.min(19, getPriority() + 10))
+  } catch {}
+}
 const started = Date.now()
 const failures = []
 

@@ -4,6 +4,7 @@
  * and the README's embedding example there). It lives in this project because vitest finds projects
  * by their package.json under packages/ and examples/; it builds into the packages' dist/ like
  * `npm run build`, which no other test reads, and the script's lock keeps two checks of one tree apart.
+ * It runs at a lower CPU priority (`--nice`) so that the timed tests beside it keep their pace.
  */
 import { spawn } from 'node:child_process'
 import { dirname, join } from 'node:path'
@@ -14,7 +15,7 @@ const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..', '..')
 
 function checkPackages(): Promise<{ code: number | null; output: string }> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [join(root, 'scripts', 'check-packages.mjs')], {
+    const child = spawn(process.execPath, [join(root, 'scripts', 'check-packages.mjs'), '--nice'], {
       cwd: root,
       stdio: ['ignore', 'pipe', 'pipe'],
     })
