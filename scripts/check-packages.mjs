@@ -25,6 +25,7 @@
  */
 import { spawn } from 'node:child_process'
 import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs'
+import { builtinModules } from 'node:module'
 import { getPriority, setPriority, tmpdir } from 'node:os'
 import { dirname, join, relative, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -214,6 +215,8 @@ async function checkAll(packages, names, packs, app) {
     if (source.length) {
       line('note', `pack ${pkg.name}`, `the workspace-only "source" condition names ${source.length} file(s) not in the tarball (a consumer resolving with --conditions=source fails)`)
     }
+    const deps = importProblems(dir, pkg, files)
+    line(deps.problems.length ? 'FAIL' : 'ok', `imports ${pkg.name}`, deps.problems.length ? deps.problems.join('; ') : `${deps.count} package(s), all declared, none bundled`)
     const meta = metadataProblems(pkg)
     line(meta.length ? 'FAIL' : 'ok', `metadata ${pkg.name}`, meta.join('; '))
     const missing = ['README', 'LICENSE'].filter((n) => !files.some((f) => f.toUpperCase().startsWith(n)))
@@ -249,6 +252,35 @@ async function checkAll(packages, names, packs, app) {
   } else {
     line('FAIL', "run the README's embedding example", `exited ${example.code}\n${indent(tail(example.output, 40))}`)
   }
+}
+
+/**
+ * The packages the shipped JavaScript imports (static imports and literal dynamic imports) must be
+ * Node built-ins, the package itself, or declared in `dependencies` or `peerDependencies`: an
+ * undeclared one works in the workspace and in a fresh project only while some other package hoists
+ * it. And nothing from node_modules may be bundled in (esbuild marks bundled modules with their path).
+ */
+function importProblems(dir, pkg, files) {
+  const declared = new Set([pkg.name, ...Object.keys(pkg.dependencies ?? {}), ...Object.keys(pkg.peerDependencies ?? {})])
+  const imported = new Set()
+  const problems = []
+  for (const file of files.filter((f) => /\.(m?js|cjs)$/.test(f))) {
+    const code = readFileSync(join(dir, file), 'utf8')
+    const specifiers = [
+      ...code.matchAll(/(?:^|[;\s])(?:import|export)\s[^'"]*?\sfrom\s*['"]([^'"]+)['"]/g),
+      ...code.matchAll(/(?:^|[;\s])import\s*['"]([^'"]+)['"]/g),
+      ...code.matchAll(/\bimport\(\s*['"]([^'"$]+)['"]\s*\)/g),
+    ].map((m) => m[1])
+    for (const specifier of specifiers) {
+      if (specifier.startsWith('.') || specifier.startsWith('node:') || builtinModules.includes(specifier.split('/')[0])) continue
+      const name = specifier.startsWith('@') ? specifier.split('/').slice(0, 2).join('/') : specifier.split('/')[0]
+      imported.add(name)
+      if (!declared.has(name)) problems.push(`${file} imports ${specifier}, not in dependencies or peerDependencies`)
+    }
+    const bundled = /^\/\/ .*node_modules\/(.+)$/m.exec(code)
+    if (bundled) problems.push(`${file} bundles ${bundled[1]}`)
+  }
+  return { count: imported.size, problems: [...new Set(problems)] }
 }
 
 /** What every published package.json must say, beside what publint checks. */
