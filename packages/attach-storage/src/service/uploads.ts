@@ -120,6 +120,23 @@ export async function runFilters(
 }
 
 /**
+ * Sniffs a received file's type and runs the filter chain on it: the type, or the refusal item (the file
+ * is then removed).
+ */
+async function screen(
+  ctx: ServiceContext,
+  f: ReceivedFile,
+  category: RegisteredCategory,
+  requestFilters: Array<{ name: string; options: Record<string, unknown> }>,
+): Promise<{ type: string } | { displayName: string; size: number; error: { code: string; message: string } }> {
+  const type = await sniffType(f.head, f.displayName)
+  const error = await runFilters(ctx, category, requestFilters, probe(ctx, f, type))
+  if (!error) return { type }
+  await discardReceived(ctx, [f])
+  return { displayName: f.displayName, size: f.size, error }
+}
+
+/**
  * Step 1 of the two-step upload: runs the filter chain on received files and keeps the accepted ones in
  * the temporary area. Rejected files are removed and answered with `error`.
  */
@@ -132,13 +149,12 @@ export async function completeTemporaryUpload(
     const { category, refDomain, refCategory, requestFilters } = uploadTarget(ctx, input)
     const items: TemporaryItem[] = []
     for (const f of files) {
-      const type = await sniffType(f.head, f.displayName)
-      const error = await runFilters(ctx, category, requestFilters, probe(ctx, f, type))
-      if (error) {
-        await discardReceived(ctx, [f])
-        items.push({ displayName: f.displayName, size: f.size, error })
+      const checked = await screen(ctx, f, category, requestFilters)
+      if ('error' in checked) {
+        items.push(checked)
         continue
       }
+      const { type } = checked
       const meta: TmpMeta = {
         name: f.name,
         displayName: f.displayName,
@@ -208,13 +224,12 @@ export async function completeDirectUpload(
     const savedDir = directSavedDir(refDomain, refCategory, ctx.now(), ctx.config.timeZone)
     const items: DirectItem[] = []
     for (const f of files) {
-      const type = await sniffType(f.head, f.displayName)
-      const error = await runFilters(ctx, category, requestFilters, probe(ctx, f, type))
-      if (error) {
-        await discardReceived(ctx, [f])
-        items.push({ displayName: f.displayName, size: f.size, error })
+      const checked = await screen(ctx, f, category, requestFilters)
+      if ('error' in checked) {
+        items.push(checked)
         continue
       }
+      const { type } = checked
       const key = storeKey(savedDir, f.name)
       await transfer(ctx, ctx.stores.tmpStore, tmpKey(f.name), store, key, type)
       done.push({ store, key })

@@ -15,9 +15,10 @@ import {
 import { basename, dirname, join, resolve, sep } from 'node:path'
 import { type Readable, Writable } from 'node:stream'
 import { pipeline } from 'node:stream/promises'
-import { AttachStorageError, configError, notFound } from '../errors.js'
+import { AttachStorageError, configError } from '../errors.js'
 import { isValidKeySegment, MAX_KEY_LENGTH, normalizeKey, normalizePrefix } from './key.js'
 import { resolveRange } from './range.js'
+import { notFoundError } from '../store-kit/errors.js'
 import type { ByteRange, PutOptions, Store, StoreListEntry, StoreStat } from './store.js'
 
 /** Options of {@link LocalStore}. */
@@ -287,7 +288,7 @@ export class LocalStore implements Store {
   }
 
   #notFound(key: string): AttachStorageError {
-    return notFound(`No object at key ${JSON.stringify(key)} in store "${this.name}"`)
+    return notFoundError(this.name, key)
   }
 
   /** The real path of baseDir, computed once (and again after a failure, e.g. while it does not exist). */
