@@ -15,6 +15,12 @@ import { runFilters, transfer } from './uploads.js'
 import { readableViews } from './urls.js'
 
 
+/** The positive integer `id` of an `{id}` object (a `_deleted` or re-sort entry), else undefined. */
+function positiveId(x: unknown): number | undefined {
+  const id = x && typeof x === 'object' ? Number((x as { id?: unknown }).id) : NaN
+  return Number.isSafeInteger(id) && id > 0 ? id : undefined
+}
+
 /**
  * Confirmed save of an AttachBag for `(refDomain, refKey)`, files placed by `date` (call time by
  * default). Entries are independent: every failure is collected, the successes stay saved, and a
@@ -54,22 +60,16 @@ export async function commitBag(
   }
   // One rule for every record the bag touches (deletions and re-sorts), checked before anything changes.
   const touched = new Set<number>()
-  for (const d of deleted) {
-    const id = d && typeof d === 'object' ? Number((d as { id?: unknown }).id) : NaN
-    if (Number.isSafeInteger(id) && id > 0) touched.add(id)
+  for (const x of [...deleted, ...categories.flatMap(([, entries]) => entries)]) {
+    const id = positiveId(x)
+    if (id !== undefined) touched.add(id)
   }
-  for (const [, entries] of categories) {
-    for (const e of entries) {
-      const id = e && typeof e === 'object' ? (e as AttachBagEntry).id : undefined
-      if (id !== undefined && id !== null && Number.isSafeInteger(Number(id)) && Number(id) > 0) touched.add(Number(id))
-    }
-  }
-  if (touched.size) {
-    const records = await ctx.repo.findByIds([...touched])
-    for (const r of records) {
-      if (r.refDomain !== refDomain || r.refKey !== refKey) continue // an entry failure below; changes nothing
-      if (!(await mayChange(ctx, request, r, options.user))) throw forbidden(`You may not change attachment ${r.id}`)
-    }
+  /** The touched records of this reference (others are entry failures below and change nothing). */
+  const ours = new Set<number>()
+  for (const r of touched.size ? await ctx.repo.findByIds([...touched]) : []) {
+    if (r.refDomain !== refDomain || r.refKey !== refKey) continue
+    if (!(await mayChange(ctx, request, r, options.user))) throw forbidden(`You may not change attachment ${r.id}`)
+    ours.add(r.id)
   }
 
   const date = options.date ?? ctx.now()
@@ -87,23 +87,14 @@ export async function commitBag(
     })
 
   // Deletions first, so that a bag may replace a file in one save.
-  const delIds: number[] = []
+  const delIds = new Set<number>()
   deleted.forEach((d, index) => {
-    const id = d && typeof d === 'object' ? Number((d as { id?: unknown }).id) : NaN
-    if (!Number.isSafeInteger(id) || id <= 0) fail('_deleted', index, d, 'id must be a positive integer', 'bad-request')
-    else delIds.push(id)
+    const id = positiveId(d)
+    if (id === undefined) fail('_deleted', index, d, 'id must be a positive integer', 'bad-request')
+    else if (!ours.has(id)) fail('_deleted', index, d, `attachment ${id} does not belong to ${refDomain}/${refKey}`, 'not-found')
+    else delIds.add(id)
   })
-  if (delIds.length) {
-    const found = await ctx.repo.findByIds(delIds)
-    const mine = new Set(found.filter((r) => r.refDomain === refDomain && r.refKey === refKey).map((r) => r.id))
-    deleted.forEach((d, index) => {
-      const id = Number((d as { id?: unknown })?.id)
-      if (Number.isSafeInteger(id) && id > 0 && !mine.has(id)) {
-        fail('_deleted', index, d, `attachment ${id} does not belong to ${refDomain}/${refKey}`, 'not-found')
-      }
-    })
-    await deleteRecords(ctx, [...mine])
-  }
+  await deleteRecords(ctx, [...delIds])
 
   const created: AttachmentRecord[] = []
   for (const [refCategory, entries] of categories) {
