@@ -106,7 +106,7 @@ variants.push([
   '+resolve (resolveById, path stream)',
   await listen(
     http.createServer(async (req, res) => {
-      const t = await storage.resolveById(new Request(`http://127.0.0.1${req.url}`), id)
+      const t = await storage.resolveById({ id }, { user: null, request: new Request(`http://127.0.0.1${req.url}`) })
       await sendFile(res, join(dataDir, 'files', t.key), t.fileType)
     }),
   ),
@@ -115,7 +115,7 @@ variants.push([
   '+store.get (FileHandle stream, Node pipe)',
   await listen(
     http.createServer(async (req, res) => {
-      const t = await storage.resolveById(new Request(`http://127.0.0.1${req.url}`), id)
+      const t = await storage.resolveById({ id }, { user: null, request: new Request(`http://127.0.0.1${req.url}`) })
       const s = await t.store.get(t.key)
       res.writeHead(200, { 'content-type': t.fileType, 'content-length': t.fileSize })
       // pipeline: a client that goes away mid-answer closes the file too.

@@ -1,9 +1,9 @@
 /** Who may read and change what: the secure-access function, the change rule, the entity hook and signed view URLs. */
-import { badRequest, forbidden } from '../errors.js'
+import { forbidden } from '../errors.js'
 import type { AttachmentRecord } from '../model.js'
 import type { RegisteredCategory, RegisteredDomain } from '../registry/registry.js'
 import type { ServiceContext } from './context.js'
-import type { AuthUser, FileDescription } from './types.js'
+import type { AccessContext, FileDescription } from './types.js'
 
 export const sameUser = (a: unknown, b: unknown) => a !== null && a !== undefined && b !== null && b !== undefined && String(a) === String(b)
 
@@ -44,63 +44,57 @@ export function syntheticDescription(refDomain: string, refCategory: string, sav
 }
 
 /** The domain's `mayChange` hook (none: any caller); a throw counts as a refusal. */
-export async function mayChangeEntity(ctx: ServiceContext, domain: RegisteredDomain, refKey: string, user: AuthUser | null, request: Request | null): Promise<boolean> {
+export async function mayChangeEntity(ctx: ServiceContext, domain: RegisteredDomain, refKey: string, access: AccessContext): Promise<boolean> {
   if (!domain.mayChange) return true
   try {
-    return (await domain.mayChange(user, refKey, request)) === true
+    return (await domain.mayChange(access.user, refKey, access.request)) === true
   } catch (err) {
     ctx.logger.warn(`attach-storage: mayChange of domain "${domain.name}" threw; refused`, err)
     return false
   }
 }
 
-/** True when the request carries a valid signature for a guarded record (signed view URLs). */
-export function signedFor(ctx: ServiceContext, request: Request | null, id: number, category: RegisteredCategory): boolean {
-  if (!request || !ctx.signer || !category.secureAccess) return false
-  const q = request.url.indexOf('?')
-  return q >= 0 && ctx.signer.verify(id, new URLSearchParams(request.url.slice(q + 1)))
+/** True when the caller carries a valid signature for a guarded record (signed view URLs). */
+export function signedFor(ctx: ServiceContext, access: AccessContext, id: number, category: RegisteredCategory): boolean {
+  if (!access.signature || !ctx.signer || !category.secureAccess) return false
+  return ctx.signer.verify(id, access.signature)
 }
 
-
 /** Runs a category's secure-access function; a throw counts as a refusal. No function allows. */
-export async function checkAccess(ctx: ServiceContext, request: Request | null, category: RegisteredCategory, file: FileDescription): Promise<boolean> {
+export async function checkAccess(ctx: ServiceContext, access: AccessContext, category: RegisteredCategory, file: FileDescription): Promise<boolean> {
   if (!category.secureAccess) return true
-  if (!request) return false
+  if (!access.request) return false
   try {
-    return (await category.secureAccess(request, file)) === true
+    return (await category.secureAccess(access.request, file)) === true
   } catch (err) {
     ctx.logger.warn(`attach-storage: secure-access function of "${file.refDomain}.${file.refCategory}" threw; refused`, err)
     return false
   }
 }
 
-export async function mayRead(ctx: ServiceContext, request: Request | null, r: AttachmentRecord, user: AuthUser | null): Promise<boolean> {
+/** The read rule: the category's secure-access function when it has one, else any caller. */
+export async function mayRead(ctx: ServiceContext, access: AccessContext, r: AttachmentRecord): Promise<boolean> {
   const category = ctx.registry.domain(r.refDomain).categories.get(r.refCategory)
   if (!category) return false
-  if (category.secureAccess) return checkAccess(ctx, request, category, describeRecord(r))
-  return user !== null || request !== null
+  if (category.secureAccess) return checkAccess(ctx, access, category, describeRecord(r))
+  return access.user !== null || access.request !== null
 }
 
 /**
  * The one rule for changing a record, on every path (PUT, POST delete, a confirmed save's `_deleted`
  * and re-sort entries): the category's secure-access function when it has one, else its creator.
  */
-export async function mayChange(ctx: ServiceContext, request: Request | null, r: AttachmentRecord, user: AuthUser | null): Promise<boolean> {
+export async function mayChange(ctx: ServiceContext, access: AccessContext, r: AttachmentRecord): Promise<boolean> {
   const category = ctx.registry.domain(r.refDomain).categories.get(r.refCategory)
-  if (category?.secureAccess) return checkAccess(ctx, request, category, describeRecord(r))
-  return user !== null && sameUser(r.createdBy, user.id)
+  if (category?.secureAccess) return checkAccess(ctx, access, category, describeRecord(r))
+  return access.user !== null && sameUser(r.createdBy, access.user.id)
 }
 
-export async function ownedRecords(ctx: ServiceContext, request: Request | null, items: unknown, user: AuthUser | null): Promise<AttachmentRecord[]> {
-  if (!Array.isArray(items)) throw badRequest('The body must be an array of attachment records')
-  const ids = items.map((x, i) => {
-    const id = x && typeof x === 'object' ? Number((x as { id?: unknown }).id) : NaN
-    if (!Number.isSafeInteger(id) || id <= 0) throw badRequest(`item ${i}: id must be a positive integer`)
-    return id
-  })
+/** The live records of `ids`, each of which the caller may change (else 403 `forbidden`, nothing read further). */
+export async function ownedRecords(ctx: ServiceContext, ids: number[], access: AccessContext): Promise<AttachmentRecord[]> {
   const records = await ctx.repo.findByIds([...new Set(ids)])
   for (const r of records) {
-    if (!(await mayChange(ctx, request, r, user))) {
+    if (!(await mayChange(ctx, access, r))) {
       throw forbidden(`You may not change attachment ${r.id}`)
     }
   }

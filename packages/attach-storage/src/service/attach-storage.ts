@@ -19,7 +19,7 @@ import * as records from './records.js'
 import * as serving from './serving.js'
 import { UrlSigner } from './signing.js'
 import { createStores } from './stores.js'
-import type { AttachEventHook, AttachEvents, Authenticate, Logger } from './types.js'
+import { type AccessContext, accessOf, type AttachEventHook, type AttachEvents, type Authenticate, type LookupFilters, type Logger } from './types.js'
 import * as uploads from './uploads.js'
 import * as zipDownload from './zip.js'
 
@@ -43,6 +43,17 @@ async function closeStores(stores: Store[]): Promise<void> {
 
 /** The parameters of a use case after its context. */
 type Args<F> = F extends (ctx: ServiceContext, ...args: infer A) => unknown ? A : never
+
+/** Reads a service's use-case context (set by the class's static block). */
+let readContext: (storage: AttachStorage) => ServiceContext
+
+/**
+ * @internal The context the use cases run over, for the route table (503 `not-ready` before init).
+ * Not part of the public API.
+ */
+export function contextOf(storage: AttachStorage): ServiceContext {
+  return readContext(storage)
+}
 
 /** Options of {@link createAttachStorage}. */
 export interface AttachStorageOptions {
@@ -89,6 +100,10 @@ export class AttachStorage {
   readonly authenticate: Authenticate | undefined
   /** Makes and caches resized variants. */
   readonly resizer: Resizer
+  static {
+    readContext = (storage) => storage.#c
+  }
+
   readonly #options: AttachStorageOptions
   readonly #events: EventHub
   #ctx: ServiceContext | undefined
@@ -295,8 +310,16 @@ export class AttachStorage {
    * category of the domain present (or only `refCategory` when given); guarded records only when the
    * request may read them.
    */
-  lookup(...args: Args<typeof records.lookup>) {
-    return records.lookup(this.#c, ...args)
+  lookup(
+    refDomain: string,
+    refKey: string,
+    refCategory?: string,
+    filters: LookupFilters = {},
+    /** The caller's request, shown to secure-access functions; without one, guarded records are left out. */
+    request: Request | AccessContext | null = null,
+  ) {
+    const access = request instanceof Request || request === null ? accessOf(null, request) : request
+    return records.lookup(this.#c, { refDomain, refKey, refCategory, filters }, access)
   }
 
   /** The number of attachments of one reference category that the request may read. */

@@ -10,7 +10,9 @@ import { checkRefKey, parseRegularSavedDir, regularSavedDir, SAVED_NAME, storeKe
 import { cleanDisplayName, cleanText } from './names.js'
 import { deleteRecords } from './records.js'
 import { readHead, readTmpMeta, tmpKey, tmpMetaKey } from './temporary.js'
-import type { AttachBag, AttachBagEntry, AuthUser, SaveFailure } from './types.js'
+import { parseInput } from '../validation.js'
+import { AttachBagSchema, type AttachBagInput } from './bag.js'
+import { type AccessContext, accessOf, type AttachBag, type AttachBagEntry, type AuthUser, type SaveFailure } from './types.js'
 import { runFilters, transfer } from './uploads.js'
 import { readableViews } from './urls.js'
 
@@ -29,17 +31,15 @@ function positiveId(x: unknown): number | undefined {
  */
 export async function commitBag(
   ctx: ServiceContext,
-  refDomainIn: unknown,
-  refKeyIn: unknown,
-  bag: unknown,
-  options: { user: AuthUser | null; date?: Date; request?: Request },
+  input: { refDomain: string; refKey: string | number; bag: AttachBagInput },
+  options: { access: AccessContext; date?: Date },
 ): Promise<AttachmentView[]> {
-  if (typeof refDomainIn !== 'string') throw badRequest('refDomain is required')
-  const domain = ctx.registry.domain(refDomainIn)
+  const domain = ctx.registry.domain(input.refDomain)
   const refDomain = domain.name
-  const refKey = checkRefKey(refKeyIn)
-  if (!bag || typeof bag !== 'object' || Array.isArray(bag)) throw badRequest('The AttachBag must be a JSON object')
-  const b = bag as AttachBag
+  const refKey = checkRefKey(input.refKey)
+  const { access } = options
+  const user = access.user
+  const b = input.bag
   if (b.refDomain !== undefined && b.refDomain !== refDomain) {
     throw badRequest(`The AttachBag's refDomain "${String(b.refDomain)}" differs from "${refDomain}"`)
   }
@@ -47,15 +47,12 @@ export async function commitBag(
   for (const [key, value] of Object.entries(b)) {
     if (key === 'refDomain' || key === '_deleted') continue
     ctx.registry.category(refDomain, key)
-    if (!Array.isArray(value)) throw badRequest(`AttachBag.${key} must be an array of file entries`)
-    categories.push([key, value])
+    categories.push([key, value as unknown[]])
   }
   const deleted = b._deleted ?? []
-  if (!Array.isArray(deleted)) throw badRequest('AttachBag._deleted must be an array of {id}')
-  const request = options.request ?? null
 
   // Who may change this entity's attachments at all is the host's call.
-  if (!(await mayChangeEntity(ctx, domain, refKey, options.user, request))) {
+  if (!(await mayChangeEntity(ctx, domain, refKey, access))) {
     throw forbidden(`You may not change the attachments of ${refDomain}/${refKey}`)
   }
   // One rule for every record the bag touches (deletions and re-sorts), checked before anything changes.
@@ -68,7 +65,7 @@ export async function commitBag(
   const ours = new Set<number>()
   for (const r of touched.size ? await ctx.repo.findByIds([...touched]) : []) {
     if (r.refDomain !== refDomain || r.refKey !== refKey) continue
-    if (!(await mayChange(ctx, request, r, options.user))) throw forbidden(`You may not change attachment ${r.id}`)
+    if (!(await mayChange(ctx, access, r))) throw forbidden(`You may not change attachment ${r.id}`)
     ours.add(r.id)
   }
 
@@ -107,8 +104,7 @@ export async function commitBag(
           refCategory,
           sort: index,
           date,
-          user: options.user,
-          request,
+          access,
         })
         if (rec) created.push(rec)
       } catch (err) {
@@ -121,7 +117,7 @@ export async function commitBag(
       }
     }
   }
-  if (created.length) ctx.events.emit('saved', { refDomain, refKey, records: created, user: options.user })
+  if (created.length) ctx.events.emit('saved', { refDomain, refKey, records: created, user })
   if (failures.length) {
     throw new AttachStorageError(
       'attach-save-failure',
@@ -131,7 +127,7 @@ export async function commitBag(
   }
   const all = await ctx.repo.listByReference(refDomain, refKey)
   const wanted = new Set(categories.map(([c]) => c))
-  return (await readableViews(ctx, all, request)).filter((v) => wanted.has(v.refCategory))
+  return (await readableViews(ctx, all, access)).filter((v) => wanted.has(v.refCategory))
 }
 
 export async function commitEntry(
@@ -143,8 +139,7 @@ export async function commitEntry(
     refCategory: string
     sort: number
     date: Date
-    user: AuthUser | null
-    request: Request | null
+    access: AccessContext
   },
 ): Promise<AttachmentRecord | undefined> {
   if (!entry || typeof entry !== 'object' || Array.isArray(entry)) throw badRequest('entry must be an object')
@@ -165,7 +160,7 @@ export async function commitEntry(
   const domain = ctx.registry.domain(at.refDomain)
   const category = ctx.registry.category(at.refDomain, at.refCategory)
   const createdDt = ctx.now().toISOString()
-  const createdBy = at.user?.id ?? null
+  const createdBy = at.access.user?.id ?? null
 
   if (e.savedDir !== undefined && e.savedDir !== null) {
     // Reuse of a stored file: a new record, no copy. The caller must be able to see that file.
@@ -177,7 +172,7 @@ export async function commitEntry(
     const holders = (await ctx.repo.listByReference(source.refDomain, source.refKey)).filter((r) => r.blobId === blob.id)
     const holder = holders[0]
     if (!holder) throw notFound(`No saved file ${e.savedDir as string}${savedName}`)
-    if (!(await mayRead(ctx, at.request, holder, at.user))) throw forbidden(`The file ${savedName} may not be reused here`)
+    if (!(await mayRead(ctx, at.access, holder))) throw forbidden(`The file ${savedName} may not be reused here`)
     if (sourceDomain.store !== domain.store) throw badRequest('savedDir reuse across stores is not possible')
     // The target category's filters run on the stored bytes, as for a temporary file of another category.
     const reuseStore = ctx.store(blob.store)
@@ -219,7 +214,7 @@ export async function commitEntry(
   const busy = () =>
     new AttachStorageError('conflict', `${savedName} is being saved by another request; retry this entry`, { status: 409 })
   const pause = async (step: 'reserved' | 'moved' | 'recorded' | 'done') => {
-    await ctx.testPause?.(step, at.request)
+    await ctx.testPause?.(step, at.access.request)
   }
 
   const meta = await readTmpMeta(ctx, savedName, { withFile: false })
@@ -378,9 +373,9 @@ export async function commitAttachContainer(ctx: ServiceContext, input: {
   /** The host's request, shown to secure-access functions when a `savedDir` entry reuses a guarded file. */
   request?: Request
 }): Promise<AttachmentView[]> {
-  const bag = input.attachContainer
-  if (bag === null || bag === undefined) return []
-  const refDomain = input.refDomain ?? (bag as AttachBag).refDomain
+  if (input.attachContainer === null || input.attachContainer === undefined) return []
+  const bag = parseInput(AttachBagSchema, input.attachContainer, 'attachContainer')
+  const refDomain = input.refDomain ?? bag.refDomain
   if (typeof refDomain !== 'string') throw badRequest('attachContainer.refDomain is required')
   const domain = ctx.registry.domain(refDomain)
   let raw: unknown = input.date ?? input.entity?.[domain.dateField]
@@ -390,5 +385,5 @@ export async function commitAttachContainer(ctx: ServiceContext, input: {
     date = raw instanceof Date ? raw : new Date(raw as string | number)
     if (Number.isNaN(date.getTime())) throw badRequest(`The entity's ${domain.dateField} is not a date-time`)
   }
-  return commitBag(ctx, refDomain, input.refKey, bag, { user: input.user, date, request: input.request })
+  return commitBag(ctx, { refDomain, refKey: input.refKey, bag }, { access: accessOf(input.user, input.request ?? null), date })
 }

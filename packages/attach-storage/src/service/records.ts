@@ -9,8 +9,7 @@ import { checkAccess, describeRecord, ownedRecords } from './access.js'
 import type { ServiceContext } from './context.js'
 import { dropBlob } from './housekeeping.js'
 import { checkRefKey, storeKey } from './layout.js'
-import { cleanDisplayName, cleanText } from './names.js'
-import type { AttachBag, AuthUser, LookupFilters } from './types.js'
+import type { AccessContext, AttachBag, LookupFilters } from './types.js'
 import { cdnBase, readableViews, view } from './urls.js'
 
 /** Most matching rows a conditional list over guarded categories reads to find the readable ones. */
@@ -50,6 +49,36 @@ const ATTACHMENT_LIST: ListProvider = {
   maxPerPage: 1000,
 }
 
+/** One reference, or one of its categories. */
+export interface ReferenceInput {
+  refDomain: string
+  refKey: string
+  refCategory?: string
+}
+
+/** The conditional list's input: the references, and the list convention's request (page, `q`). */
+export interface ReferencesListInput {
+  refDomain: string
+  refKeys: string[]
+  /** Only these categories (default: every registered category of the domain). */
+  refCategories?: string[]
+  list: ListRequest
+}
+
+/** One record's new metadata (PUT `/attach/`); absent fields stay as they are. */
+export interface MetadataUpdate {
+  id: number
+  displayName?: string
+  ext?: string | null
+  fmetaValue?: string | null
+  sort?: number
+}
+
+/** Reads the conditional list's query (list convention: `_usePaging`, `currentPage`, `dataPerPage`, `skipCount`, `q`). */
+export function parseAttachmentList(params: URLSearchParams): ListRequest {
+  return parseListRequest(params, ATTACHMENT_LIST)
+}
+
 /** Applies `ext`, `extAlt` and `fmetaValue` to one category's records (in `sort` order). */
 export function applyFilters<T extends Pick<AttachmentRecord, 'ext' | 'fmetaValue'>>(list: T[], f: LookupFilters): T[] {
   let out = list
@@ -74,23 +103,16 @@ export function applyFilters<T extends Pick<AttachmentRecord, 'ext' | 'fmetaValu
  * The AttachBag of a reference: `{refDomain, <category>: records[]}` in `sort` order, every registered
  * category of the domain present (or only `refCategory` when given).
  */
-export async function lookup(
-  ctx: ServiceContext,
-  refDomain: string,
-  refKeyIn: string,
-  refCategory?: string,
-  filters: LookupFilters = {},
-  /** The caller's request, shown to secure-access functions; null: guarded records are left out. */
-  request: Request | null = null,
-): Promise<AttachBag> {
+export async function lookup(ctx: ServiceContext, input: ReferenceInput & { filters?: LookupFilters }, access: AccessContext): Promise<AttachBag> {
+  const { refDomain, refCategory, filters = {} } = input
   const domain = ctx.registry.domain(refDomain)
   if (refCategory !== undefined) ctx.registry.category(refDomain, refCategory)
-  const refKey = checkRefKey(refKeyIn)
+  const refKey = checkRefKey(input.refKey)
   const records = await ctx.repo.listByReference(refDomain, refKey, refCategory)
   const bag: AttachBag = { refDomain }
   const cats = refCategory !== undefined ? [refCategory] : [...domain.categories.keys()]
   for (const c of cats) bag[c] = []
-  const views = await readableViews(ctx, records, request)
+  const views = await readableViews(ctx, records, access)
   for (const c of new Set(views.map((v) => v.refCategory))) {
     bag[c] = applyFilters(
       views.filter((v) => v.refCategory === c),
@@ -101,11 +123,12 @@ export async function lookup(
 }
 
 /** The number of attachments of one reference category that the request may read. */
-export async function count(ctx: ServiceContext, refDomain: string, refKey: string, refCategory: string, request: Request | null = null): Promise<number> {
+export async function count(ctx: ServiceContext, input: Required<ReferenceInput>, access: AccessContext): Promise<number> {
+  const { refDomain, refKey, refCategory } = input
   const category = ctx.registry.category(refDomain, refCategory)
   if (!category.secureAccess) return ctx.repo.countByReference(refDomain, checkRefKey(refKey), refCategory)
   const records = await ctx.repo.listByReference(refDomain, checkRefKey(refKey), refCategory)
-  return (await readableViews(ctx, records, request)).length
+  return (await readableViews(ctx, records, access)).length
 }
 
 /**
@@ -114,19 +137,11 @@ export async function count(ctx: ServiceContext, refDomain: string, refKey: stri
  * `skipCount`, and `q` on displayName, ext, fmetaValue, fileType, createdDt). Each `url` carries the
  * record's index within its own reference category, whatever page it is on.
  */
-export async function listByReferences(
-  ctx: ServiceContext,
-  refDomain: string,
-  refKeys: string[],
-  refCategories?: string[],
-  params: URLSearchParams = new URLSearchParams(),
-  /** The caller's request, shown to secure-access functions; null: guarded records are left out. */
-  httpRequest: Request | null = null,
-): Promise<ListResult<AttachmentView>> {
+export async function listByReferences(ctx: ServiceContext, input: ReferencesListInput, access: AccessContext): Promise<ListResult<AttachmentView>> {
+  const { refDomain, refKeys, refCategories, list: request } = input
   const domain = ctx.registry.domain(refDomain)
   for (const c of refCategories ?? []) ctx.registry.category(refDomain, c)
   const keys = refKeys.map(checkRefKey)
-  const request = parseListRequest(params, ATTACHMENT_LIST)
   const selected = refCategories ?? [...domain.categories.keys()]
   const guarded = selected.some((c) => domain.categories.get(c)?.secureAccess !== undefined)
   const list = (req: typeof request, cap?: number) =>
@@ -153,7 +168,7 @@ export async function listByReferences(
     const readable: AttachmentRecord[] = []
     for (const r of all.rows) {
       const category = domain.categories.get(r.refCategory)!
-      if (!category.secureAccess || (await checkAccess(ctx, httpRequest, category, describeRecord(r)))) readable.push(r)
+      if (!category.secureAccess || (await checkAccess(ctx, access, category, describeRecord(r)))) readable.push(r)
     }
     result = pageInMemory(readable, request, ATTACHMENT_LIST.maxPerPage!)
   }
@@ -179,24 +194,16 @@ export async function listByReferences(
 }
 
 /** The real address of the `index`-th (in `sort` order) attachment of a reference category. */
-export async function directUrl(
-  ctx: ServiceContext,
-  input: { refDomain: unknown; refCategory?: unknown; refKey: unknown; index?: unknown },
-  /** The caller's request, shown to the secure-access function of a guarded category. */
-  request: Request | null = null,
-): Promise<string> {
-  if (typeof input.refDomain !== 'string') throw badRequest('refDomain is required')
-  const refCategory = input.refCategory === undefined ? 'default' : String(input.refCategory)
+export async function directUrl(ctx: ServiceContext, input: Required<ReferenceInput> & { index: number }, access: AccessContext): Promise<string> {
+  const { refCategory, index } = input
   const category = ctx.registry.category(input.refDomain, refCategory)
-  const index = input.index === undefined ? 0 : Number(input.index)
-  if (!Number.isSafeInteger(index) || index < 0) throw badRequest('index must be a non-negative integer')
   const list = await ctx.repo.listByReference(input.refDomain, checkRefKey(input.refKey), refCategory)
   const r = list[index]
   if (!r) throw notFound(`No attachment at index ${index} of ${input.refDomain}/${String(input.refKey)}/${refCategory}`)
   const byId = `${ctx.config.assetsPrefix}/attach/view/${r.id}`
   if (category.secureAccess) {
     // A guarded file's real address is the guarded route, signed for a caller who may read it.
-    if (!(await checkAccess(ctx, request, category, describeRecord(r)))) throw forbidden()
+    if (!(await checkAccess(ctx, access, category, describeRecord(r)))) throw forbidden()
     return ctx.signer ? `${byId}?${ctx.signer.query(r.id)}` : byId
   }
   const cdn = cdnBase(ctx, r.store)
@@ -212,38 +219,18 @@ export function describe(ctx: ServiceContext): { cdnUrl: string | null; domains:
 
 /**
  * PUT `/attach/`: updates `displayName`, `ext`, `fmetaValue` and `sort` of the listed records, all or
- * nothing, only when the caller may change every one of them. Other fields are never written.
+ * nothing, only when the caller may change every one of them. Other fields are never written; ids of
+ * no live record are passed over.
  */
-export async function update(ctx: ServiceContext, request: Request, items: unknown, user: AuthUser | null): Promise<number> {
-  const records = await ownedRecords(ctx, request, items, user)
+export async function update(ctx: ServiceContext, items: MetadataUpdate[], access: AccessContext): Promise<number> {
+  const records = await ownedRecords(ctx, items.map((x) => x.id), access)
   const known = new Set(records.map((r) => r.id))
-  const updates = (items as Array<Record<string, unknown>>)
-    .filter((x) => known.has(Number(x.id)))
-    .map((x) => {
-      const u: { id: number; displayName?: string; ext?: string | null; fmetaValue?: string | null; sort?: number } = {
-        id: Number(x.id),
-      }
-      if (x.displayName !== undefined) {
-        if (typeof x.displayName !== 'string' || cleanDisplayName(x.displayName, '') === '') {
-          throw badRequest(`attachment ${u.id}: displayName must be a non-empty string`)
-        }
-        u.displayName = cleanDisplayName(x.displayName)
-      }
-      if (x.ext !== undefined) u.ext = cleanText(x.ext)
-      if (x.fmetaValue !== undefined) u.fmetaValue = cleanText(x.fmetaValue)
-      if (x.sort !== undefined) {
-        const sort = Number(x.sort)
-        if (!Number.isSafeInteger(sort) || sort < 0) throw badRequest(`attachment ${u.id}: sort must be a non-negative integer`)
-        u.sort = sort
-      }
-      return u
-    })
-  return ctx.repo.updateMetadata(updates)
+  return ctx.repo.updateMetadata(items.filter((x) => known.has(x.id)))
 }
 
 /** POST `/attach`: permanently deletes the listed records (and files no other record uses). */
-export async function remove(ctx: ServiceContext, request: Request, items: unknown, user: AuthUser | null): Promise<number> {
-  const records = await ownedRecords(ctx, request, items, user)
+export async function remove(ctx: ServiceContext, ids: number[], access: AccessContext): Promise<number> {
+  const records = await ownedRecords(ctx, ids, access)
   return deleteRecords(ctx, records.map((r) => r.id))
 }
 

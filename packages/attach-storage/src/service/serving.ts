@@ -8,42 +8,47 @@ import type { ServiceContext } from './context.js'
 import { checkRefKey, parseDirectPath, SAVED_NAME, storeKey } from './layout.js'
 import { applyFilters } from './records.js'
 import { readHead, readTmpMeta, tmpKey } from './temporary.js'
-import type { LookupFilters, ServeTarget } from './types.js'
+import type { AccessContext, LookupFilters, ServeTarget } from './types.js'
 import { EDITOR_DOMAIN } from './uploads.js'
 
 
-/** Resolves a saved attachment by id, checking the category's secure-access function. */
-export async function resolveById(ctx: ServiceContext, request: Request, id: number, resize?: ResizeRequest): Promise<ServeTarget> {
-  const r = await ctx.repo.findById(id)
-  if (!r) throw notFound(`No attachment ${id}`)
-  return serveRecord(ctx, request, r, 'immutable', resize)
+/** How a saved file is to be served: resized or not, and whether only its headers are wanted (HEAD). */
+export interface ServeOptions {
+  resize?: ResizeRequest
+  /** HEAD: a missing variant is not made (the stored variant's headers, else the original's). */
+  lookOnly?: boolean
+}
+
+/** Resolves a saved attachment by id, checking the category's secure-access function (or a signed URL). */
+export async function resolveById(ctx: ServiceContext, input: { id: number } & ServeOptions, access: AccessContext): Promise<ServeTarget> {
+  const r = await ctx.repo.findById(input.id)
+  if (!r) throw notFound(`No attachment ${input.id}`)
+  return serveRecord(ctx, access, r, 'immutable', input)
 }
 
 /** Resolves the `idx`-th attachment of a reference (after `ext`/`extAlt`/`fmetaValue`). */
 export async function resolveByReference(
   ctx: ServiceContext,
-  request: Request,
-  ref: { refDomain: string; refKey: string; refCategory: string; idx: number },
-  filters: LookupFilters = {},
-  resize?: ResizeRequest,
+  ref: { refDomain: string; refKey: string; refCategory: string; idx: number; filters?: LookupFilters } & ServeOptions,
+  access: AccessContext,
 ): Promise<ServeTarget> {
   ctx.registry.category(ref.refDomain, ref.refCategory)
   const records = await ctx.repo.listByReference(ref.refDomain, checkRefKey(ref.refKey), ref.refCategory)
-  const r = applyFilters(records, filters)[ref.idx]
+  const r = applyFilters(records, ref.filters ?? {})[ref.idx]
   if (!r) throw notFound(`No attachment at index ${ref.idx} of ${ref.refDomain}/${ref.refKey}/${ref.refCategory}`)
-  return serveRecord(ctx, request, r, 'revalidate', resize)
+  return serveRecord(ctx, access, r, 'revalidate', ref)
 }
 
 export async function serveRecord(
   ctx: ServiceContext,
-  request: Request,
+  access: AccessContext,
   r: AttachmentRecord,
   cache: ServeTarget['cache'],
-  resize?: ResizeRequest,
+  { resize, lookOnly = false }: ServeOptions,
 ): Promise<ServeTarget> {
   const category = ctx.registry.domain(r.refDomain).categories.get(r.refCategory)
   if (!category) throw notFound(`No attachment ${r.id}`)
-  if (!signedFor(ctx, request, r.id, category) && !(await checkAccess(ctx, request, category, describeRecord(r)))) {
+  if (!signedFor(ctx, access, r.id, category) && !(await checkAccess(ctx, access, category, describeRecord(r)))) {
     throw forbidden()
   }
   const store = ctx.store(r.store)
@@ -59,7 +64,7 @@ export async function serveRecord(
       r.fileType,
       resize,
       (err) => ctx.logger.warn(`attach-storage: attachment ${r.id} could not be resized; serving the original`, err),
-      { lookOnly: request.method === 'HEAD' },
+      { lookOnly },
     )
     if (variant) {
       const ext = resize.format ? `.${resize.format === 'jpeg' ? 'jpg' : resize.format}` : undefined
@@ -93,12 +98,13 @@ export async function serveRecord(
 }
 
 /** Resolves a temporary file for preview (synthetic file description; no resizing). */
-export async function resolveTemporary(ctx: ServiceContext, request: Request, refDomain: string, refCategory: string, savedName: string): Promise<ServeTarget> {
+export async function resolveTemporary(ctx: ServiceContext, input: { refDomain: string; refCategory: string; savedName: string }, access: AccessContext): Promise<ServeTarget> {
+  const { refDomain, refCategory, savedName } = input
   const category = ctx.registry.category(refDomain, refCategory)
   if (!SAVED_NAME.test(savedName)) throw notFound('No such temporary file')
   const meta = await readTmpMeta(ctx, savedName)
   if (!meta || meta.refDomain !== refDomain || meta.refCategory !== refCategory) throw notFound('No such temporary file')
-  if (!(await checkAccess(ctx, request, category, syntheticDescription(refDomain, refCategory, savedName)))) throw forbidden()
+  if (!(await checkAccess(ctx, access, category, syntheticDescription(refDomain, refCategory, savedName)))) throw forbidden()
   const stat = await ctx.stores.tmpStore.stat(tmpKey(savedName))
   return {
     store: ctx.stores.tmpStore,
@@ -114,12 +120,13 @@ export async function resolveTemporary(ctx: ServiceContext, request: Request, re
 }
 
 /** Resolves a directly uploaded file by its `path` (synthetic file description; no resizing). */
-export async function resolveDirect(ctx: ServiceContext, request: Request, refDomain: string, refCategory: string, path: unknown): Promise<ServeTarget> {
+export async function resolveDirect(ctx: ServiceContext, input: { refDomain: string; refCategory: string; path: string | null }, access: AccessContext): Promise<ServeTarget> {
+  const { refDomain, refCategory, path } = input
   const domain = ctx.registry.domain(refDomain)
   const category = ctx.registry.category(refDomain, refCategory)
   const p = parseDirectPath(path, refDomain, refCategory)
   if (!p) throw notFound('No such direct file')
-  if (!(await checkAccess(ctx, request, category, syntheticDescription(refDomain, refCategory, p.savedName)))) throw forbidden()
+  if (!(await checkAccess(ctx, access, category, syntheticDescription(refDomain, refCategory, p.savedName)))) throw forbidden()
   const store = ctx.store(domain.store)
   const key = storeKey(p.savedDir, p.savedName)
   const stat = await store.stat(key)
@@ -136,10 +143,19 @@ export async function resolveDirect(ctx: ServiceContext, request: Request, refDo
   }
 }
 
-/** Resolves `/editor/image/{category}/{yyyy}/{MM}/{savedName}` (secure-access checked like direct files). */
-export async function resolveEditorImage(ctx: ServiceContext, request: Request, parts: string[]): Promise<ServeTarget> {
-  if (parts.length !== 4) throw notFound('No such editor image')
-  const [refCategory, yyyy, MM, savedName] = parts as [string, string, string, string]
-  if (!/^\d{4}$/.test(yyyy) || !/^\d{2}$/.test(MM)) throw notFound('No such editor image')
-  return resolveDirect(ctx, request, EDITOR_DOMAIN, refCategory, `/${EDITOR_DOMAIN}/${yyyy}/${MM}/_/${refCategory}/${savedName}`)
+/** An editor image's address: `/editor/image/{refCategory}/{yyyy}/{MM}/{savedName}`. */
+export interface EditorImageInput {
+  refCategory: string
+  /** Four digits. */
+  yyyy: string
+  /** Two digits. */
+  MM: string
+  savedName: string
+}
+
+/** Resolves an editor image (secure-access checked like direct files). */
+export async function resolveEditorImage(ctx: ServiceContext, input: EditorImageInput, access: AccessContext): Promise<ServeTarget> {
+  const { refCategory, yyyy, MM, savedName } = input
+  const path = `/${EDITOR_DOMAIN}/${yyyy}/${MM}/_/${refCategory}/${savedName}`
+  return resolveDirect(ctx, { refDomain: EDITOR_DOMAIN, refCategory, path }, access)
 }

@@ -1,4 +1,5 @@
 import { createHmac, timingSafeEqual } from 'node:crypto'
+import type { ViewSignature } from './types.js'
 
 /** Query parameters of a signed view URL. */
 export const SIGNATURE_PARAMS = { expires: 'exp', signature: 'sig' } as const
@@ -35,15 +36,14 @@ export class UrlSigner {
     return `${SIGNATURE_PARAMS.expires}=${expires}&${SIGNATURE_PARAMS.signature}=${this.#mac(id, expires).toString('base64url')}`
   }
 
-  /** True when `params` carry an unexpired signature for record `id`. */
-  verify(id: number, params: URLSearchParams): boolean {
-    const exp = params.get(SIGNATURE_PARAMS.expires)
-    const sig = params.get(SIGNATURE_PARAMS.signature)
+  /** True when `given` is an unexpired signature for record `id`. */
+  verify(id: number, given: ViewSignature): boolean {
+    const { expires: exp, signature: sig } = given
     if (!exp || !sig || !/^\d{1,12}$/.test(exp) || !/^[A-Za-z0-9_-]{43}$/.test(sig)) return false
     const expires = Number(exp)
     if (expires * 1000 < this.#now().getTime()) return false
-    const given = Buffer.from(sig, 'base64url')
+    const mac = Buffer.from(sig, 'base64url')
     const wanted = this.#mac(id, expires)
-    return given.length === wanted.length && timingSafeEqual(given, wanted)
+    return mac.length === wanted.length && timingSafeEqual(mac, wanted)
   }
 }

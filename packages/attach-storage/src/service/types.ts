@@ -16,6 +16,34 @@ export interface AuthUser {
 export type Authenticate = (request: Request) => AuthUser | null | Promise<AuthUser | null>
 
 /**
+ * Who is asking, as every use case sees it: the authenticated user, the caller's HTTP request (handed
+ * unread to the host's secure-access and `mayChange` functions, which the spec says receive it) and the
+ * signature of a signed view URL. Routes build it at the edge; in-process callers use {@link accessOf}.
+ */
+export interface AccessContext {
+  /** The authenticated user of the JSON group; `null` on the binary group and for in-process calls without one. */
+  readonly user: AuthUser | null
+  /**
+   * The caller's request, only ever passed to host functions. `null` for in-process calls: categories
+   * with a secure-access function then refuse.
+   */
+  readonly request: Request | null
+  /** The `exp` and `sig` query parameters of a signed view URL, checked against the record served. */
+  readonly signature?: ViewSignature
+}
+
+/** The query parameters of a signed view URL (`exp`, `sig`), unchecked. */
+export interface ViewSignature {
+  readonly expires: string
+  readonly signature: string
+}
+
+/** An access context for an in-process call: the user (default none) and the host's request (default none). */
+export function accessOf(user: AuthUser | null = null, request: Request | null = null): AccessContext {
+  return { user, request }
+}
+
+/**
  * What the secure-access function is shown. For saved files it is the attachment record; for temporary
  * and direct files (no record) only `refDomain`, `refCategory` and `savedName` are set, the rest `null`.
  */

@@ -13,11 +13,20 @@ import { ingest } from './ingest.js'
 import { directSavedDir, generateSavedName, storeKey } from './layout.js'
 import { cleanDisplayName } from './names.js'
 import { tmpKey, type TmpMeta, tmpMetaKey } from './temporary.js'
-import type { AuthUser, DirectItem, ReceivedFile, TemporaryItem } from './types.js'
+import type { AccessContext, DirectItem, ReceivedFile, TemporaryItem } from './types.js'
 import { directFileUrl, editorUrl } from './urls.js'
 
 /** The domain of rich-text editor uploads. */
 export const EDITOR_DOMAIN = 'editor'
+
+/** Where an upload goes and which request filters it asks for. */
+export interface UploadInput {
+  refDomain: string
+  /** @default 'default' */
+  refCategory: string
+  /** The request's `filters` object: keys of registered request filters act, others are ignored. */
+  filters?: Record<string, unknown>
+}
 
 
 /**
@@ -63,20 +72,11 @@ export function probe(ctx: ServiceContext, file: ReceivedFile, type: string): Fi
  * Parses a request's `filters` object: keys of registered request filters act (adding to the
  * category's chain); others are ignored with a warning.
  */
-export function parseRequestFilters(ctx: ServiceContext, raw: unknown): Array<{ name: string; options: Record<string, unknown> }> {
-  if (raw === undefined || raw === null || raw === '') return []
-  let obj = raw
-  if (typeof raw === 'string') {
-    try {
-      obj = JSON.parse(raw)
-    } catch {
-      throw badRequest('filters must be a JSON object')
-    }
-  }
-  if (!obj || typeof obj !== 'object' || Array.isArray(obj)) throw badRequest('filters must be a JSON object')
+export function parseRequestFilters(ctx: ServiceContext, obj: Record<string, unknown> | undefined): Array<{ name: string; options: Record<string, unknown> }> {
+  if (obj === undefined) return []
   const out: Array<{ name: string; options: Record<string, unknown> }> = []
   const ignored: string[] = []
-  for (const [name, options] of Object.entries(obj as Record<string, unknown>)) {
+  for (const [name, options] of Object.entries(obj)) {
     if (!ctx.registry.requestFilter(name)) {
       ignored.push(name)
       continue
@@ -143,7 +143,8 @@ async function screen(
 export async function completeTemporaryUpload(
   ctx: ServiceContext,
   files: ReceivedFile[],
-  input: { refDomain: unknown; refCategory?: unknown; filters?: unknown; user: AuthUser | null },
+  input: UploadInput,
+  access: AccessContext,
 ): Promise<TemporaryItem[]> {
   try {
     const { category, refDomain, refCategory, requestFilters } = uploadTarget(ctx, input)
@@ -163,7 +164,7 @@ export async function completeTemporaryUpload(
         sha256: f.sha256,
         refDomain,
         refCategory,
-        createdBy: input.user?.id ?? null,
+        createdBy: access.user?.id ?? null,
         createdDt: ctx.now().toISOString(),
       }
       await ctx.stores.tmpStore.put(tmpMetaKey(f.name), Buffer.from(JSON.stringify(meta)), { contentType: 'application/json' })
@@ -177,7 +178,7 @@ export async function completeTemporaryUpload(
         size: f.size,
         type,
         sha256: f.sha256,
-        user: input.user,
+        user: access.user,
       })
       items.push({
         name: f.name,
@@ -197,11 +198,8 @@ export async function completeTemporaryUpload(
   }
 }
 
-export function uploadTarget(ctx: ServiceContext, input: { refDomain: unknown; refCategory?: unknown; filters?: unknown }) {
-  if (typeof input.refDomain !== 'string' || input.refDomain === '') throw badRequest('refDomain is required')
-  const refDomain = input.refDomain
-  const refCategory =
-    input.refCategory === undefined || input.refCategory === '' ? 'default' : String(input.refCategory)
+export function uploadTarget(ctx: ServiceContext, input: UploadInput) {
+  const { refDomain, refCategory } = input
   const category = ctx.registry.category(refDomain, refCategory)
   const requestFilters = parseRequestFilters(ctx, input.filters)
   return { domain: ctx.registry.domain(refDomain), category, refDomain, refCategory, requestFilters }
@@ -214,7 +212,8 @@ export function uploadTarget(ctx: ServiceContext, input: { refDomain: unknown; r
 export async function completeDirectUpload(
   ctx: ServiceContext,
   files: ReceivedFile[],
-  input: { refDomain: unknown; refCategory?: unknown; filters?: unknown; user: AuthUser | null },
+  input: UploadInput,
+  access: AccessContext,
   kind: 'direct' | 'editor' = 'direct',
 ): Promise<DirectItem[]> {
   const done: Array<{ store: Store; key: string }> = []
@@ -243,7 +242,7 @@ export async function completeDirectUpload(
         size: f.size,
         type,
         sha256: f.sha256,
-        user: input.user,
+        user: access.user,
       })
       items.push({
         name: f.name,
@@ -296,6 +295,6 @@ export async function transfer(ctx: ServiceContext, from: Store, fromKey: string
  * through that category's filters (images only by default). Answers the direct items, whose `url` is
  * the editor image route (or the CDN address).
  */
-export function completeEditorUpload(ctx: ServiceContext, files: ReceivedFile[], input: { refCategory?: unknown; user: AuthUser | null }): Promise<DirectItem[]> {
-  return completeDirectUpload(ctx, files, { refDomain: EDITOR_DOMAIN, refCategory: input.refCategory, user: input.user }, 'editor')
+export function completeEditorUpload(ctx: ServiceContext, files: ReceivedFile[], input: { refCategory?: string }, access: AccessContext): Promise<DirectItem[]> {
+  return completeDirectUpload(ctx, files, { refDomain: EDITOR_DOMAIN, refCategory: input.refCategory ?? 'default' }, access, 'editor')
 }

@@ -2,6 +2,7 @@
 import type { AttachmentRecord, AttachmentView } from '../model.js'
 import { checkAccess, describeRecord } from './access.js'
 import type { ServiceContext } from './context.js'
+import type { AccessContext } from './types.js'
 import { storeKey } from './layout.js'
 import { EDITOR_DOMAIN } from './uploads.js'
 
@@ -26,7 +27,7 @@ export function directFileUrl(ctx: ServiceContext, storeName: string, refDomain:
  * Records of a guarded category are left out unless its secure-access function allows the request.
  * `records` must be in reference, category and `sort` order.
  */
-export async function readableViews(ctx: ServiceContext, records: AttachmentRecord[], request: Request | null): Promise<AttachmentView[]> {
+export async function readableViews(ctx: ServiceContext, records: AttachmentRecord[], access: AccessContext): Promise<AttachmentView[]> {
   const pos = new Map<string, number>()
   const out: AttachmentView[] = []
   for (const r of records) {
@@ -35,7 +36,7 @@ export async function readableViews(ctx: ServiceContext, records: AttachmentReco
     pos.set(k, index + 1)
     const category = ctx.registry.domain(r.refDomain).categories.get(r.refCategory)
     if (!category) continue // a category no longer registered serves nothing, so it lists nothing
-    if (category.secureAccess && !(await checkAccess(ctx, request, category, describeRecord(r)))) continue
+    if (category.secureAccess && !(await checkAccess(ctx, access, category, describeRecord(r)))) continue
     out.push(view(ctx, r, index, category.secureAccess !== undefined))
   }
   return out

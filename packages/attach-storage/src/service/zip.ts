@@ -5,8 +5,16 @@ import { createZipStream, isCompressed, uniqueNames, type ZipSource } from '../m
 import type { AttachmentRecord } from '../model.js'
 import { checkAccess, describeRecord } from './access.js'
 import type { ServiceContext } from './context.js'
+import type { AccessContext } from './types.js'
 import { storeKey } from './layout.js'
 import { cleanDisplayName } from './names.js'
+
+/** What a ZIP download names: positive attachment ids (at most `zip.max-files`) and an optional title. */
+export interface ZipInput {
+  /** The archive's name (`.zip` appended); default `{domain}_{category}_{yyyyMMddHHmmss}.zip`. */
+  title?: string | null
+  ids: number[]
+}
 
 /** Seconds a client is asked to wait when every ZIP slot is taken. */
 const ZIP_RETRY_AFTER = 5
@@ -17,30 +25,23 @@ const ZIP_RETRY_AFTER = 5
  * `.zip` appended to `title`, else `{domain}_{category}_{yyyyMMddHHmmss}.zip` of the first file;
  * duplicate names become `name_1.ext`, `name_2.ext`, ...
  */
-export async function zip(ctx: ServiceContext, request: Request, body: unknown): Promise<{ fileName: string; stream: Readable }> {
-  if (!body || typeof body !== 'object' || Array.isArray(body)) throw badRequest('The body must be a JSON object {title, ids}')
-  const { title, ids } = body as { title?: unknown; ids?: unknown }
-  if (title !== undefined && title !== null && (typeof title !== 'string' || title.length > 200)) {
-    throw badRequest('title must be a string of at most 200 characters')
-  }
-  if (!Array.isArray(ids) || ids.length === 0) throw badRequest('ids must be a non-empty array of attachment ids')
+export async function zip(ctx: ServiceContext, input: ZipInput, access: AccessContext): Promise<{ fileName: string; stream: Readable }> {
+  const { title, ids } = input
+  if (ids.length === 0) throw badRequest('ids must be a non-empty array of attachment ids')
   if (ids.length > ctx.config.zip.maxFiles) throw badRequest(`A ZIP may name at most ${ctx.config.zip.maxFiles} ids`)
-  for (const id of ids) {
-    if (typeof id !== 'number' || !Number.isSafeInteger(id) || id <= 0) throw badRequest('ids must be positive integers')
-  }
   if (ctx.zipSlots.running >= ctx.config.zip.concurrency) {
     throw new AttachStorageError('busy', 'Too many ZIP downloads are running; try again shortly', {
       status: 503,
       headers: { 'retry-after': String(ZIP_RETRY_AFTER) },
     })
   }
-  const found = new Map((await ctx.repo.findByIds([...new Set(ids as number[])])).map((r) => [r.id, r]))
+  const found = new Map((await ctx.repo.findByIds([...new Set(ids)])).map((r) => [r.id, r]))
   const allowed: AttachmentRecord[] = []
-  for (const id of ids as number[]) {
+  for (const id of ids) {
     const r = found.get(id)
     if (!r) continue
     const category = ctx.registry.domain(r.refDomain).categories.get(r.refCategory)
-    if (category && (await checkAccess(ctx, request, category, describeRecord(r)))) allowed.push(r)
+    if (category && (await checkAccess(ctx, access, category, describeRecord(r)))) allowed.push(r)
   }
   // Only files that are really there count: a record whose file is gone is skipped too.
   const present: AttachmentRecord[] = []

@@ -1,0 +1,61 @@
+/** Answers of the HTTP layer: JSON, errors as `{code, message}`, and bounded JSON bodies. */
+import { AttachStorageError, badRequest, tooLarge } from '../errors.js'
+import type { Logger } from '../service/types.js'
+
+/** The JSON body limit of the JSON group (AttachBags, record lists). */
+const JSON_LIMIT = 2 * 1024 * 1024
+
+/** A JSON answer, never cached, with `nosniff`. */
+export function json(body: unknown, status = 200, headers?: HeadersInit): Response {
+  const h = new Headers(headers)
+  h.set('content-type', 'application/json; charset=utf-8')
+  h.set('cache-control', 'no-store')
+  h.set('x-content-type-options', 'nosniff')
+  return new Response(JSON.stringify(body), { status, headers: h })
+}
+
+/** Turns any error into its JSON answer; unexpected errors become a bare 500 (logged, never a stack). */
+export function errorResponse(err: unknown, logger: Logger): Response {
+  if (err instanceof AttachStorageError) {
+    // A refusal for load (503 `busy`, with Retry-After) is the bound working, not a fault: answered as it is.
+    if (err.code === 'busy') return err.toResponse()
+    if (err.status >= 500 && err.code !== 'attach-save-failure') {
+      // Server-side detail (store names, keys, hosts) goes to the log, not to the client.
+      logger.error('attach-storage:', err)
+      const message = err.status === 503 ? 'The service is not ready' : 'The storage backend failed; try again later'
+      return new AttachStorageError(err.code, message, { status: err.status, headers: err.headers }).toResponse()
+    }
+    return err.toResponse()
+  }
+  logger.error('attach-storage: unexpected error', err)
+  return new AttachStorageError('internal-error', 'An internal error occurred', { status: 500 }).toResponse()
+}
+
+/** Reads a JSON body of at most `limit` bytes; 400 when malformed, 413 when larger. */
+export async function readJson(request: Request, limit = JSON_LIMIT): Promise<unknown> {
+  const ct = request.headers.get('content-type') ?? ''
+  if (ct && !/^application\/([a-z.+-]*\+)?json\b/i.test(ct)) throw badRequest('The body must be application/json')
+  const declared = Number(request.headers.get('content-length') ?? NaN)
+  if (Number.isFinite(declared) && declared > limit) throw tooLarge(`JSON bodies are limited to ${limit} bytes`)
+  if (!request.body) throw badRequest('A JSON body is required')
+  const chunks: Uint8Array[] = []
+  let size = 0
+  const reader = request.body.getReader()
+  for (;;) {
+    const { done, value } = await reader.read()
+    if (done) break
+    size += value.byteLength
+    if (size > limit) {
+      await reader.cancel().catch(() => undefined)
+      throw tooLarge(`JSON bodies are limited to ${limit} bytes`)
+    }
+    chunks.push(value)
+  }
+  const text = Buffer.concat(chunks).toString('utf8')
+  try {
+    return JSON.parse(text)
+  } catch {
+    throw badRequest('The body is not valid JSON')
+  }
+}
+

@@ -1,0 +1,75 @@
+/** The binary group's file routes: views and downloads by id and by reference (resized on request), temporary and direct files. */
+import * as v from 'valibot'
+import type { ResizeRequest } from '../../media/resize.js'
+import * as serving from '../../service/serving.js'
+import { parseInput } from '../../validation.js'
+import { defineRoute, type Route } from '../router.js'
+import { serveFile } from '../serve.js'
+import { ActionSchema, IdSegmentSchema, IndexSegmentSchema, LookupQuerySchema, ResizeQuerySchema } from './schemas.js'
+
+/** The resize request of a view's query; `format=auto` picks AVIF or WebP from `Accept` (answers vary by it). */
+function resizeOf(q: v.InferOutput<typeof ResizeQuerySchema>, accept: string | null): ResizeRequest | undefined {
+  if (q.w === undefined && q.h === undefined) return undefined
+  if (q.format !== 'auto') return { w: q.w, h: q.h, format: q.format || undefined, negotiated: false }
+  const a = (accept ?? '').toLowerCase()
+  const format = a.includes('image/avif') ? 'avif' : a.includes('image/webp') ? 'webp' : undefined
+  return { w: q.w, h: q.h, format, negotiated: true }
+}
+
+const ByReferenceQuery = v.object({ ...LookupQuerySchema.entries, ...ResizeQuerySchema.entries })
+
+/** The routes, in the order they are tried. */
+export const servingRoutes: Route[] = [
+  defineRoute({
+    method: 'GET',
+    path: 'attach/:action/:id',
+    params: v.object({ action: ActionSchema, id: IdSegmentSchema }),
+    query: ResizeQuerySchema,
+    handle: async ({ params, query }, { ctx, access, request }) => {
+      const resize = resizeOf(query, request.headers.get('accept'))
+      const target = await serving.resolveById(ctx, { id: params.id, resize, lookOnly: request.method === 'HEAD' }, access)
+      return serveFile(request, target, params.action)
+    },
+  }),
+  defineRoute({
+    method: 'GET',
+    path: 'attach/:action/:refDomain/:refKey/:refCategory/:idx?',
+    params: v.object({ action: ActionSchema, refDomain: v.string(), refKey: v.string(), refCategory: v.string(), idx: v.optional(v.string()) }),
+    query: ByReferenceQuery,
+    handle: async ({ params, query }, { ctx, access, request }) => {
+      const { action, idx, ...ref } = params
+      const { ext, extAlt, fmetaValue } = query
+      const target = await serving.resolveByReference(
+        ctx,
+        {
+          ...ref,
+          idx: idx === undefined ? 0 : parseInput(IndexSegmentSchema, idx, 'idx'),
+          filters: { ext, extAlt, fmetaValue },
+          resize: resizeOf(query, request.headers.get('accept')),
+          lookOnly: request.method === 'HEAD',
+        },
+        access,
+      )
+      return serveFile(request, target, action)
+    },
+  }),
+  defineRoute({
+    method: 'GET',
+    path: 'attach-temp/:action/:refDomain/:refCategory/:savedName',
+    params: v.object({ action: ActionSchema, refDomain: v.string(), refCategory: v.string(), savedName: v.string() }),
+    handle: async ({ params }, { ctx, access, request }) => {
+      const { action, ...file } = params
+      return serveFile(request, await serving.resolveTemporary(ctx, file, access), action)
+    },
+  }),
+  defineRoute({
+    method: 'GET',
+    path: 'attach-direct/:action/:refDomain/:refCategory',
+    params: v.object({ action: ActionSchema, refDomain: v.string(), refCategory: v.string() }),
+    query: v.object({ path: v.optional(v.string()) }),
+    handle: async ({ params, query }, { ctx, access, request }) => {
+      const { action, ...where } = params
+      return serveFile(request, await serving.resolveDirect(ctx, { ...where, path: query.path ?? null }, access), action)
+    },
+  }),
+]
