@@ -1,5 +1,6 @@
 import { type CompiledQuery, type Kysely, type Selectable, type Transaction, sql } from 'kysely'
 import { badRequest } from '../errors.js'
+import { type ListProvider, type ListRequest, type ListResult, runList } from '../list/list-query.js'
 import type { AttachmentRecord, BlobRecord, UserId } from '../model.js'
 import {
   type AttachBlobTable,
@@ -60,6 +61,36 @@ export interface MetadataUpdate {
   ext?: string | null
   fmetaValue?: string | null
   sort?: number
+}
+
+/** The search whitelist and order of the conditional attachment list (the list convention over `attach_file`). */
+export const ATTACHMENT_LIST: ListProvider = {
+  fields: {
+    displayName: { type: 'string', ops: ['eq', 'like'], column: 'display_name' },
+    ext: { type: 'string', ops: ['eq', 'ne', 'in'], column: 'ext' },
+    fmetaValue: { type: 'string', ops: ['eq', 'in'], column: 'fmeta_value' },
+    fileType: { type: 'string', ops: ['eq', 'like'], column: 'file_type' },
+    createdDt: { type: 'datetime', ops: ['gt', 'ge', 'lt', 'le'], column: 'created_dt' },
+  },
+  sortable: {},
+  primaryKey: 'id',
+  defaultOrder: [
+    { column: 'ref_key', direction: 'asc' },
+    { column: 'ref_category', direction: 'asc' },
+    { column: 'sort', direction: 'asc' },
+  ],
+  maxPerPage: 1000,
+}
+
+/** What {@link AttachRepository.listConditional} lists. */
+export interface ConditionalListInput {
+  refDomain: string
+  refKeys: string[]
+  /** The categories listed; none lists nothing. */
+  refCategories: string[]
+  list: ListRequest
+  /** Read at most `cap + 1` rows (so the caller sees that there were more). */
+  cap?: number
 }
 
 /** Records marked deleted, and the blobs nobody references any more (their files are to be deleted). */
@@ -332,6 +363,19 @@ export class AttachRepository {
   }
 
   /** Sets the `sort` of a live record, only when it belongs to `ref`. True when a row was updated. */
+  /** The conditional list of live records of several references, by {@link ATTACHMENT_LIST}. */
+  async listConditional(input: ConditionalListInput): Promise<ListResult<AttachmentRecord>> {
+    const { refDomain, refKeys, refCategories, cap } = input
+    return runList(this.#db.selectFrom(FILE_TABLE).selectAll(), ATTACHMENT_LIST, input.list, {
+      enforce: (qb) => {
+        let q = qb.where('ref_domain', '=', refDomain).where('deleted', '=', 0).where('ref_key', 'in', refKeys)
+        q = refCategories.length ? q.where('ref_category', 'in', refCategories) : q.where(sql<boolean>`1 = 0`)
+        return cap === undefined ? q : q.limit(cap + 1)
+      },
+      mapRow: (row) => mapRecord(row as FileRow),
+    })
+  }
+
   async updateSort(id: number, ref: RecordReference, sort: number): Promise<boolean> {
     assertSort(sort)
     if (!isId(id)) return false

@@ -172,7 +172,6 @@ export class AttachStorage {
       registry: this.registry,
       logger: this.logger,
       now,
-      db,
       repo: new AttachRepository(db),
       stores,
       resizer: this.resizer,

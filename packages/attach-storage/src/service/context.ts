@@ -1,4 +1,3 @@
-import type { Kysely } from 'kysely'
 import type { AttachConfigParsed } from '../config/schema.js'
 import type { Resizer } from '../media/resize.js'
 import type { Registry } from '../registry/registry.js'
@@ -23,7 +22,6 @@ export interface ServiceContext {
   readonly logger: Logger
   /** The clock. */
   readonly now: () => Date
-  readonly db: Kysely<any>
   readonly repo: AttachRepository
   /** Every declared store, their settings, and the temporary store. */
   readonly stores: StoreSet

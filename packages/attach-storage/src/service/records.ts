@@ -1,10 +1,9 @@
 /** Lookups, counts, the conditional list, `direct-url`, metadata updates and permanent deletes. */
-import { sql } from 'kysely'
 import { badRequest, forbidden, notFound } from '../errors.js'
-import { LIST_HEADERS, type ListProvider, type ListRequest, type ListResult, parseListRequest, runList } from '../list/list-query.js'
+import { LIST_HEADERS, type ListRequest, type ListResult, parseListRequest } from '../list/list-query.js'
 import { variantPrefix } from '../media/resize.js'
 import type { AttachmentRecord, AttachmentView } from '../model.js'
-import { mapRecord } from '../repository/attach-repository.js'
+import { ATTACHMENT_LIST, type MetadataUpdate } from '../repository/attach-repository.js'
 import { checkAccess, describeRecord, ownedRecords } from './access.js'
 import type { ServiceContext } from './context.js'
 import { dropBlob } from './housekeeping.js'
@@ -30,25 +29,6 @@ function pageInMemory<T>(rows: T[], request: ListRequest, maxPerPage: number): L
   return result
 }
 
-/** The search whitelist and order of the conditional attachment list. */
-const ATTACHMENT_LIST: ListProvider = {
-  fields: {
-    displayName: { type: 'string', ops: ['eq', 'like'], column: 'display_name' },
-    ext: { type: 'string', ops: ['eq', 'ne', 'in'], column: 'ext' },
-    fmetaValue: { type: 'string', ops: ['eq', 'in'], column: 'fmeta_value' },
-    fileType: { type: 'string', ops: ['eq', 'like'], column: 'file_type' },
-    createdDt: { type: 'datetime', ops: ['gt', 'ge', 'lt', 'le'], column: 'created_dt' },
-  },
-  sortable: {},
-  primaryKey: 'id',
-  defaultOrder: [
-    { column: 'ref_key', direction: 'asc' },
-    { column: 'ref_category', direction: 'asc' },
-    { column: 'sort', direction: 'asc' },
-  ],
-  maxPerPage: 1000,
-}
-
 /** One reference, or one of its categories. */
 export interface ReferenceInput {
   refDomain: string
@@ -63,15 +43,6 @@ export interface ReferencesListInput {
   /** Only these categories (default: every registered category of the domain). */
   refCategories?: string[]
   list: ListRequest
-}
-
-/** One record's new metadata (PUT `/attach/`); absent fields stay as they are. */
-export interface MetadataUpdate {
-  id: number
-  displayName?: string
-  ext?: string | null
-  fmetaValue?: string | null
-  sort?: number
 }
 
 /** Reads the conditional list's query (list convention: `_usePaging`, `currentPage`, `dataPerPage`, `skipCount`, `q`). */
@@ -145,15 +116,7 @@ export async function listByReferences(ctx: ServiceContext, input: ReferencesLis
   const selected = refCategories ?? [...domain.categories.keys()]
   const guarded = selected.some((c) => domain.categories.get(c)?.secureAccess !== undefined)
   const list = (req: typeof request, cap?: number) =>
-    runList(ctx.db.selectFrom('attach_file').selectAll(), ATTACHMENT_LIST, req, {
-      enforce: (qb) => {
-        let q = qb.where('ref_domain', '=', refDomain).where('deleted', '=', 0).where('ref_key', 'in', keys)
-        // Only registered categories are listed (an unregistered one serves nothing).
-        q = selected.length ? q.where('ref_category', 'in', selected) : q.where(sql<boolean>`1 = 0`)
-        return cap === undefined ? q : q.limit(cap + 1)
-      },
-      mapRow: (row) => mapRecord(row as never),
-    })
+    ctx.repo.listConditional({ refDomain, refKeys: keys, refCategories: selected, list: req, cap })
   let result: ListResult<AttachmentRecord>
   if (!guarded) {
     result = await list(request)

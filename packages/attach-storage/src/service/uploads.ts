@@ -1,12 +1,10 @@
 /** Receiving files into the temporary area, the filter chain, temporary, direct and editor uploads. */
-import { rename } from 'node:fs/promises'
-import { dirname } from 'node:path'
 import type { Readable } from 'node:stream'
 import { badRequest, notFound } from '../errors.js'
 import type { FileProbe } from '../filters/filters.js'
 import { extensionOf, sniffType } from '../media/sniff.js'
 import type { RegisteredCategory } from '../registry/registry.js'
-import { mkdirDurable, syncDir } from '../stores/local-store.js'
+import { renameAcross } from '../stores/local-store.js'
 import type { Store } from '../stores/store.js'
 import type { ServiceContext } from './context.js'
 import { ingest } from './ingest.js'
@@ -270,21 +268,7 @@ export async function completeDirectUpload(
  */
 export async function transfer(ctx: ServiceContext, from: Store, fromKey: string, to: Store, toKey: string, contentType?: string): Promise<void> {
   if (from === to) return to.move(fromKey, toKey)
-  if (from.localPath && to.localPath && from.type === 'local' && to.type === 'local') {
-    const src = from.localPath(fromKey)
-    const dst = to.localPath(toKey)
-    try {
-      await mkdirDurable(dirname(dst))
-      await rename(src, dst)
-      await syncDir(dirname(dst))
-      await syncDir(dirname(src))
-      return
-    } catch (err) {
-      const code = (err as NodeJS.ErrnoException).code
-      if (code === 'ENOENT') throw notFound(`No stored file ${fromKey}`)
-      if (code !== 'EXDEV') throw err
-    }
-  }
+  if (await renameAcross(from, fromKey, to, toKey)) return
   const { size } = await from.stat(fromKey)
   await to.put(toKey, await from.get(fromKey), { contentType, size })
   await from.delete(fromKey)

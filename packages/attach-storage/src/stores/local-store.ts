@@ -545,3 +545,26 @@ export async function syncDir(dir: string): Promise<void> {
   }
 }
 
+
+/**
+ * Moves a file between two local stores by a rename, durable once it resolves (both directories are
+ * fsynced). False when the two lie on different file systems (`EXDEV`): the caller copies instead.
+ * A missing source is a 404 `not-found`.
+ */
+export async function renameAcross(from: Store, fromKey: string, to: Store, toKey: string): Promise<boolean> {
+  if (!from.localPath || !to.localPath || from.type !== 'local' || to.type !== 'local') return false
+  const src = from.localPath(fromKey)
+  const dst = to.localPath(toKey)
+  try {
+    await mkdirDurable(dirname(dst))
+    await rename(src, dst)
+    await syncDir(dirname(dst))
+    await syncDir(dirname(src))
+    return true
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code
+    if (code === 'ENOENT') throw notFoundError(from.name, fromKey, err)
+    if (code === 'EXDEV') return false
+    throw err
+  }
+}
