@@ -11,6 +11,7 @@ import { servingRoutes } from './routes/serving.js'
 import { uploadRoutes } from './routes/uploads.js'
 import { zipRoutes } from './routes/zip.js'
 
+/** The answers' helpers, for hosts' own routes beside the handlers. */
 export { errorResponse, json, readJson } from './respond.js'
 
 /** A Web-standard handler: `(request) => Promise<Response>`. */

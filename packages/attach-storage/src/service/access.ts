@@ -5,6 +5,7 @@ import type { RegisteredCategory, RegisteredDomain } from '../registry/registry.
 import type { ServiceContext } from './context.js'
 import type { AccessContext, FileDescription } from './types.js'
 
+/** True when two user ids name the same user (compared as text; null and undefined name nobody). */
 export const sameUser = (a: unknown, b: unknown) => a !== null && a !== undefined && b !== null && b !== undefined && String(a) === String(b)
 
 /** The file description of a saved record, as the secure-access function sees it. */

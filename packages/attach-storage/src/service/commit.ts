@@ -130,6 +130,10 @@ export async function commitBag(
   return (await readableViews(ctx, all, access)).filter((v) => wanted.has(v.refCategory))
 }
 
+/**
+ * One entry of a confirmed save at its index: a re-sort (`id`), a reuse (`savedDir`) or a temporary file
+ * committed crash-safely. Resolves with the new record, or undefined for a re-sort; throws to fail the entry.
+ */
 export async function commitEntry(
   ctx: ServiceContext,
   entry: unknown,

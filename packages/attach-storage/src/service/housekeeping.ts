@@ -21,6 +21,7 @@ export async function sweepVariants(ctx: ServiceContext, store: Store, savedDir:
   for (const k of keys) if (!live.has(k.id)) await store.delete(k.key)
 }
 
+/** Deletes a blob nobody references (its file and its variants), then purges its row; a failure is left for the sweep. */
 export async function dropBlob(ctx: ServiceContext, b: BlobRecord): Promise<void> {
   try {
     const store = ctx.store(b.store)

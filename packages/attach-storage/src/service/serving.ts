@@ -39,6 +39,7 @@ export async function resolveByReference(
   return serveRecord(ctx, access, r, 'revalidate', ref)
 }
 
+/** What to serve for a saved record: access checked (or a signed URL), then the original or a resized variant. */
 export async function serveRecord(
   ctx: ServiceContext,
   access: AccessContext,

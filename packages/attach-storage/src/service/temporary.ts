@@ -6,10 +6,13 @@ import { readAll } from '../stores/read-all.js'
 import type { Store } from '../stores/store.js'
 import type { ServiceContext } from './context.js'
 
+/** The temporary area's folder in the temporary store. */
 export const TMP_PREFIX = '_tmp/'
 
+/** The store key of a temporary file. */
 export const tmpKey = (name: string) => TMP_PREFIX + name
 
+/** The store key of a temporary file's sidecar (domain, category, uploader, sniffed type, sha256). */
 export const tmpMetaKey = (name: string) => `${TMP_PREFIX}${name}.meta.json`
 
 /** Metadata kept beside a temporary file. */
@@ -25,6 +28,7 @@ export interface TmpMeta {
   createdDt: string
 }
 
+/** The first bytes of a stored file, enough for content sniffing (empty when it cannot be read). */
 export async function readHead(ctx: ServiceContext, store: Store, key: string): Promise<Uint8Array> {
   const s = await store.get(key, { start: 0, end: SNIFF_BYTES - 1 }).catch(() => undefined)
   return s ? readAll(s) : new Uint8Array()

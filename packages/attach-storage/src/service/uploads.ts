@@ -54,6 +54,7 @@ export async function discardReceived(ctx: ServiceContext, files: ReceivedFile[]
   ).catch((err) => ctx.logger.warn('attach-storage: could not remove temporary files', err))
 }
 
+/** What a filter is shown of a received file: its names, size, sniffed type, sha256, first bytes, and a way to read it all. */
 export function probe(ctx: ServiceContext, file: ReceivedFile, type: string): FileProbe {
   return {
     displayName: file.displayName,
@@ -94,6 +95,7 @@ export function parseRequestFilters(ctx: ServiceContext, obj: Record<string, unk
   return out
 }
 
+/** Runs a category's filter chain and the request's filters on a file; resolves with the first refusal, else undefined. */
 export async function runFilters(
   ctx: ServiceContext,
   category: RegisteredCategory,
@@ -196,6 +198,7 @@ export async function completeTemporaryUpload(
   }
 }
 
+/** The domain, category and request filters of an upload (400 for an unknown domain or category). */
 export function uploadTarget(ctx: ServiceContext, input: UploadInput) {
   const { refDomain, refCategory } = input
   const category = ctx.registry.category(refDomain, refCategory)

@@ -7,11 +7,13 @@ import { storeKey } from './layout.js'
 import { EDITOR_DOMAIN } from './uploads.js'
 
 
+/** The CDN address of a store's files (the store's `cdn-url`, else the global one), or undefined. */
 export function cdnBase(ctx: ServiceContext, storeName: string): string | undefined {
   const s = ctx.stores.settings.get(storeName)?.cdnUrl
   return typeof s === 'string' && s ? (s.endsWith('/') ? s : s + '/') : ctx.config.cdnUrl
 }
 
+/** The address of a directly uploaded file: its CDN address, else the `attach-direct` view route. */
 export function directFileUrl(ctx: ServiceContext, storeName: string, refDomain: string, refCategory: string, savedDir: string, name: string): string {
   // A guarded category's files never get a public address: their url is the guarded binary route.
   const guarded = ctx.registry.domain(refDomain).categories.get(refCategory)?.secureAccess !== undefined
@@ -58,6 +60,7 @@ export function view(ctx: ServiceContext, r: AttachmentRecord, index: number, gu
   return { ...rest, url }
 }
 
+/** The address of an editor image: its CDN address, else the editor image route. */
 export function editorUrl(ctx: ServiceContext, storeName: string, refCategory: string, savedDir: string, name: string): string {
   const guarded = ctx.registry.domain(EDITOR_DOMAIN).categories.get(refCategory)?.secureAccess !== undefined
   const cdn = guarded ? undefined : cdnBase(ctx, storeName)
