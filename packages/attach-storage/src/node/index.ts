@@ -13,7 +13,7 @@
 import type { IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http'
 import type { Duplex, Readable } from 'node:stream'
 import { pipeline } from 'node:stream/promises'
-import { AttachStorageError, badRequest, notFound } from '../errors.js'
+import { AttachStorageError, badRequest, notFound, type AttachErrorCode } from '../errors.js'
 import { nodeBodyOf } from '../http/node-body.js'
 
 /** Options shared by every entry point of the bridge. */
@@ -455,7 +455,7 @@ export async function handleNodeRequest(
   }
 }
 
-const FRAMEWORK_CODES: Record<number, [string, string]> = {
+const FRAMEWORK_CODES: Record<number, [AttachErrorCode, string]> = {
   400: ['bad-request', 'The request is not valid'],
   401: ['unauthorized', 'Authentication is required'],
   403: ['forbidden', 'The request is not permitted'],
@@ -497,7 +497,7 @@ export function frameworkError(err: unknown): AttachStorageError {
 }
 
 /** The JSON answer of {@link answerClientError}: status, code and message by Node's error code. */
-function clientErrorOf(err: NodeJS.ErrnoException): [number, string, string, string] {
+function clientErrorOf(err: NodeJS.ErrnoException): [number, string, AttachErrorCode, string] {
   if (err.code === 'HPE_HEADER_OVERFLOW') return [431, 'Request Header Fields Too Large', 'headers-too-large', 'The request headers are too large']
   if (err.code === 'ERR_HTTP_REQUEST_TIMEOUT') return [408, 'Request Timeout', 'request-timeout', 'The request took too long to arrive']
   return [400, 'Bad Request', 'bad-request', 'The request is not valid HTTP']
