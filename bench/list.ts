@@ -16,8 +16,8 @@ import { performance } from 'node:perf_hooks'
 import { pathToFileURL } from 'node:url'
 import Database from 'better-sqlite3'
 import { type Kysely, sql } from 'kysely'
-import { exportAll, type ListProvider, parseListRequest, runList } from '../packages/attach-storage/src/list/list-query.js'
-import { openDatabase } from '../packages/attach-storage/src/repository/database.js'
+import { openDatabase } from 'attach-storage'
+import { exportAll, type ListProvider, parseListRequest, runList } from 'attach-storage/list'
 import { BOARD_LIST } from '../examples/reference/src/reference.js'
 
 export interface ListBenchRow {
