@@ -34,7 +34,7 @@ export type HostFilterCode = string & { readonly [hostFilterCode]: true }
  * - `busy` (503, with `Retry-After`): too many resizes or ZIP downloads at once.
  * - `not-ready` (503): the service is used before it has initialised.
  * - `attach-save-failure` (500): some entries of a confirmed save failed (`details.failures`).
- * - `store-failure` (500): a store's backend failed.
+ * - `store-failure` (502): a store's backend failed.
  * - `config-invalid` (500): the configuration, a store's settings or the database cannot be used.
  * - `migration-failed` (500): the attach-storage tables could not be migrated.
  * - `internal-error` (500): anything unexpected (logged; the client gets no detail).

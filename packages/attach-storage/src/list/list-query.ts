@@ -79,14 +79,19 @@ export interface ListProvider {
 
 /** One parsed search condition. Its value is already coerced to the field's type. */
 export interface ListCondition {
+  /** The API name of a whitelisted field. */
   field: string
+  /** An operator the field allows. */
   op: ListOp
+  /** The value, of the field's type (an array for `in`). */
   value: unknown
 }
 
 /** One parsed sort entry (an API name of {@link ListProvider.sortable}). */
 export interface ListSort {
+  /** The API name of a sortable column. */
   field: string
+  /** The direction. */
   direction: 'asc' | 'desc'
 }
 

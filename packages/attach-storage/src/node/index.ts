@@ -326,6 +326,11 @@ function drained(res: ServerResponse): Promise<boolean> {
   })
 }
 
+/** Bodies with a Content-Length up to this size are written at once. */
+const SMALL_RESPONSE = 256 * 1024
+
+export { NODE_BODY, nodeBodyOf } from '../http/node-body.js'
+
 /**
  * Writes a Web `Response` to a Node response: status, headers (each `Set-Cookie` on its own line), then
  * the body chunk by chunk, waiting for `drain` whenever the socket's buffer is full, so a slow client
@@ -333,11 +338,6 @@ function drained(res: ServerResponse): Promise<boolean> {
  * is cancelled, which closes the file or store stream behind it. Headers a middleware already set on
  * `res` (CORS) are kept unless the response sets the same ones.
  */
-/** Bodies with a Content-Length up to this size are written at once. */
-const SMALL_RESPONSE = 256 * 1024
-
-export { NODE_BODY, nodeBodyOf } from '../http/node-body.js'
-
 export async function writeWebResponse(res: ServerResponse, response: Response, signal?: AbortSignal): Promise<void> {
   const headers: OutgoingHttpHeaders = {}
   response.headers.forEach((value, name) => {
