@@ -4,7 +4,7 @@
  * Besides req/s it prints the server's CPU per request (user + system over the run / requests), which
  * stays meaningful on a busy machine where req/s does not.
  *
- *   node --conditions=source --import tsx bench/diagnose-views.ts [seconds]
+ *   node --conditions=@attach-storage/source --import tsx bench/diagnose-views.ts [seconds]
  *
  * Variants, from the bare baseline up to the reference server:
  *   bare           node:http, stat + createReadStream(path).pipe(res)         (views-50k's baseline)
