@@ -3,15 +3,17 @@ import { join } from 'node:path'
 import { defineConfig, type Options } from 'tsup'
 
 /**
- * One build per published package under packages/: its entries are the `source` conditions of its
- * package.json `exports` map, written to the matching `import` paths under dist/.
+ * One build per published package under packages/: its entries are the `@attach-storage/source`
+ * conditions of its package.json `exports` map, written to the matching `import` paths under dist/.
  */
+const SOURCE = '@attach-storage/source'
+
 const builds: Options[] = readdirSync('packages', { withFileTypes: true })
   .filter((d) => d.isDirectory() && existsSync(join('packages', d.name, 'package.json')))
   .flatMap((d) => {
     const dir = join('packages', d.name)
     const pkg = JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8')) as {
-      exports?: Record<string, { source?: string; import?: string }>
+      exports?: Record<string, { [SOURCE]?: string; import?: string }>
       dependencies?: Record<string, string>
       peerDependencies?: Record<string, string>
     }
@@ -20,9 +22,10 @@ const builds: Options[] = readdirSync('packages', { withFileTypes: true })
     const external = deps.map((d) => new RegExp(`^${d.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&')}(/.*)?$`))
     const entry: Record<string, string> = {}
     for (const target of Object.values(pkg.exports ?? {})) {
-      if (!target.source || !target.import) continue
+      const source = target[SOURCE]
+      if (!source || !target.import) continue
       const out = target.import.replace(/^\.\/dist\//, '').replace(/\.js$/, '')
-      if (existsSync(join(dir, target.source))) entry[out] = join(dir, target.source)
+      if (existsSync(join(dir, source))) entry[out] = join(dir, source)
     }
     if (Object.keys(entry).length === 0) return []
     return [

@@ -17,8 +17,8 @@ const dirs = ['packages', 'examples'].flatMap((group) =>
 
 export default dirs.map((dir) =>
   defineProject({
-    resolve: { conditions: ['source'] },
-    ssr: { resolve: { conditions: ['source'] } },
+    resolve: { conditions: ['@attach-storage/source'] },
+    ssr: { resolve: { conditions: ['@attach-storage/source'] } },
     test: {
       name: dir.split('/').pop()!,
       root: `./${dir}`,

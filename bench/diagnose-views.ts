@@ -4,7 +4,7 @@
  * Besides req/s it prints the server's CPU per request (user + system over the run / requests), which
  * stays meaningful on a busy machine where req/s does not.
  *
- *   node --conditions=source --import tsx bench/diagnose-views.ts [seconds]
+ *   node --conditions=@attach-storage/source --import tsx bench/diagnose-views.ts [seconds]
  *
  * Variants, from the bare baseline up to the reference server:
  *   bare           node:http, stat + createReadStream(path).pipe(res)         (views-50k's baseline)
@@ -28,7 +28,7 @@ import Database from 'better-sqlite3'
 import { serve } from '@hono/node-server'
 import { serveStatic } from '@hono/node-server/serve-static'
 import { Hono } from 'hono'
-import { AttachRepository } from 'attach-storage'
+import { AttachRepository } from '../packages/attach-storage/src/repository/attach-repository.js'
 import { createNodeHandler } from 'attach-storage/node'
 import { createReferenceApp } from '../examples/hono-app/src/app.js'
 import { paddedJpeg } from './lib/files.js'

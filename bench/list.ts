@@ -3,7 +3,7 @@
  * in SQLite: pages 1..100 of 40 rows, timed through `parseListRequest` + `runList` (no HTTP), p50/p99
  * against the target p99 < 10 ms.
  *
- * Run alone:  node --conditions=source --import tsx bench/list.ts
+ * Run alone:  node --conditions=@attach-storage/source --import tsx bench/list.ts
  * From a bench runner:  const rows = await runListBench()
  *
  * `BENCH_LIST_ROWS` overrides the row count (default 1,000,000), e.g. for a quick try.
@@ -16,8 +16,8 @@ import { performance } from 'node:perf_hooks'
 import { pathToFileURL } from 'node:url'
 import Database from 'better-sqlite3'
 import { type Kysely, sql } from 'kysely'
-import { exportAll, type ListProvider, parseListRequest, runList } from '../packages/attach-storage/src/list/list-query.js'
-import { openDatabase } from '../packages/attach-storage/src/repository/database.js'
+import { openDatabase } from 'attach-storage'
+import { exportAll, type ListProvider, parseListRequest, runList } from 'attach-storage/list'
 import { BOARD_LIST } from '../examples/reference/src/reference.js'
 
 export interface ListBenchRow {

@@ -31,6 +31,8 @@ import { dirname, join, relative, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '..')
+/** The workspace-only export condition naming each entry's TypeScript source (not published). */
+const SOURCE = '@attach-storage/source'
 const args = new Set(process.argv.slice(2))
 if (args.has('--nice')) {
   try {
@@ -211,16 +213,17 @@ async function checkAll(packages, names, packs, app) {
       `pack ${pkg.name}`,
       problems.length ? problems.join('; ') : `${entry.filename}, ${files.length} files, ${kib(entry.size)}`,
     )
-    const source = exportTargets(pkg, 'source').filter((f) => !files.includes(f.replace(/^\.\//, '')))
+    const source = exportTargets(pkg, SOURCE).filter((f) => !files.includes(f.replace(/^\.\//, '')))
     if (source.length) {
-      line('note', `pack ${pkg.name}`, `the workspace-only "source" condition names ${source.length} file(s) not in the tarball (a consumer resolving with --conditions=source fails)`)
+      line('note', `pack ${pkg.name}`, `the workspace-only "${SOURCE}" condition names ${source.length} file(s) not in the tarball (only a consumer resolving with --conditions=${SOURCE} would look for them)`)
     }
     const deps = importProblems(dir, pkg, files)
     line(deps.problems.length ? 'FAIL' : 'ok', `imports ${pkg.name}`, deps.problems.length ? deps.problems.join('; ') : `${deps.count} package(s), all declared, none bundled`)
     const meta = metadataProblems(pkg)
     line(meta.length ? 'FAIL' : 'ok', `metadata ${pkg.name}`, meta.join('; '))
-    const missing = ['README', 'LICENSE'].filter((n) => !files.some((f) => f.toUpperCase().startsWith(n)))
-    if (missing.length) line('note', `pack ${pkg.name}`, `no ${missing.join(' or ')} file in the tarball`)
+    // npm packs a LICENSE file of the package's folder whatever `files` says; the license requires it.
+    if (!files.some((f) => /^LICEN[CS]E/i.test(f))) line('FAIL', `license ${pkg.name}`, 'no LICENSE file in the tarball')
+    if (!files.some((f) => /^README/i.test(f))) line('note', `pack ${pkg.name}`, 'no README file in the tarball')
   }
   if (tarballs.length === 0) return
 
@@ -298,14 +301,14 @@ function metadataProblems(pkg) {
 }
 
 /**
- * The files a consumer resolves: the `exports` targets but those of the workspace-only `source`
+ * The files a consumer resolves: the `exports` targets but those of the workspace-only `@attach-storage/source`
  * condition, and `main`, `types`; with `only`, the targets of that one condition.
  */
 function exportTargets(pkg, only) {
   const targets = new Set()
   const walk = (value, condition) => {
     if (typeof value === 'string') {
-      if (only ? condition === only : condition !== 'source') targets.add(value)
+      if (only ? condition === only : condition !== SOURCE) targets.add(value)
     } else if (value && typeof value === 'object') for (const [k, v] of Object.entries(value)) walk(v, k)
   }
   walk(pkg.exports)

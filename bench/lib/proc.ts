@@ -9,8 +9,8 @@ import { fileURLToPath } from 'node:url'
 
 export const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..')
 
-/** `node --conditions=source --import tsx`, as the root scripts run TypeScript. */
-export const NODE_TS = ['--conditions=source', '--import', 'tsx']
+/** `node --conditions=@attach-storage/source --import tsx`, as the root scripts run TypeScript. */
+export const NODE_TS = ['--conditions=@attach-storage/source', '--import', 'tsx']
 
 export interface Server {
   name: string

@@ -1,6 +1,6 @@
 /**
  * Baseline servers of `npm run bench`, one per process:
- *   node --conditions=source --import tsx bench/servers/baseline.ts <mode> <dir>
+ *   node --conditions=@attach-storage/source --import tsx bench/servers/baseline.ts <mode> <dir>
  * Each listens on 127.0.0.1 (PORT, 0 = any) and prints `listening on http://127.0.0.1:<port>`.
  *
  * Modes:

@@ -1,9 +1,9 @@
 /**
  * The S3 side of the `s3` bench scenario, one process each:
- *   node --conditions=source --import tsx bench/servers/s3.ts s3rver <dir>
+ *   node --conditions=@attach-storage/source --import tsx bench/servers/s3.ts s3rver <dir>
  *       s3rver (with the store tests' fixes: atomic writes, multipart commands) on 127.0.0.1, data in <dir>;
  *       prints `listening on http://127.0.0.1:<port>` (bucket `bench`)
- *   node --conditions=source --import tsx bench/servers/s3.ts sdk <endpoint>
+ *   node --conditions=@attach-storage/source --import tsx bench/servers/s3.ts sdk <endpoint>
  *       the baseline: a bare node:http server using the S3 SDK alone. POST /upload streams the request
  *       body into an object with @aws-sdk/lib-storage's Upload; GET /<key> streams GetObject to the client.
  */

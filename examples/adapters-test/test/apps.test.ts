@@ -783,7 +783,7 @@ describe('host middleware around the adapters', () => {
 describe.each(['express', 'fastify'])('npm run start:%s', (name) => {
   it('prints the listening line, serves, and stops cleanly on SIGTERM', async () => {
     const dataDir = await mkdtemp(join(tmpdir(), `attach-start-${name}-`))
-    const child = spawn(process.execPath, ['--conditions=source', '--import', 'tsx', 'src/server.ts'], {
+    const child = spawn(process.execPath, ['--conditions=@attach-storage/source', '--import', 'tsx', 'src/server.ts'], {
       cwd: join(here, '..', '..', `${name}-app`),
       env: { ...process.env, PORT: '0', ATTACH_DATA_DIR: dataDir },
       stdio: ['ignore', 'pipe', 'pipe'],

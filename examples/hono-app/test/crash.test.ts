@@ -88,7 +88,7 @@ describe('confirmed saves survive kill -9', () => {
       format: 'esm',
       target: 'node20',
       outfile: bundle,
-      conditions: ['source'],
+      conditions: ['@attach-storage/source'],
       logLevel: 'error',
       banner: { js: "import { createRequire as __createRequire } from 'node:module'; const require = __createRequire(import.meta.url);" },
       plugins: [

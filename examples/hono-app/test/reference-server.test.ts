@@ -245,7 +245,7 @@ describe('limits and start-up through the real server', () => {
 
   it('npm start: prints the listening line, serves, and stops cleanly', async () => {
     const dataDir = await mkdtemp(join(tmpdir(), 'attach-start-'))
-    const child = spawn(process.execPath, ['--conditions=source', '--import', 'tsx', 'src/server.ts'], {
+    const child = spawn(process.execPath, ['--conditions=@attach-storage/source', '--import', 'tsx', 'src/server.ts'], {
       cwd: join(here, '..'),
       env: { ...process.env, PORT: '0', ATTACH_DATA_DIR: dataDir },
       stdio: ['ignore', 'pipe', 'pipe'],
@@ -275,7 +275,7 @@ describe('limits and start-up through the real server', () => {
     const dataDir = await mkdtemp(join(tmpdir(), 'attach-bad-'))
     const cfg = join(dataDir, 'attach.yaml')
     await writeFile(cfg, 'attach:\n  default-store: nas\n  stores:\n    disk:\n      type: local\n')
-    const child = spawn(process.execPath, ['--conditions=source', '--import', 'tsx', 'src/server.ts'], {
+    const child = spawn(process.execPath, ['--conditions=@attach-storage/source', '--import', 'tsx', 'src/server.ts'], {
       cwd: join(here, '..'),
       env: { ...process.env, PORT: '0', ATTACH_DATA_DIR: dataDir, ATTACH_CONFIG: cfg },
       stdio: ['ignore', 'pipe', 'pipe'],

@@ -3,29 +3,21 @@ import { join, resolve } from 'node:path'
 import type { Kysely } from 'kysely'
 import {
   AttachStorageError,
-  badRequest,
   bearerToken,
   createAttachHandler,
   createAttachStorage,
   createJwtVerifier,
-  dialectOf,
-  listResponse,
-  parseListRequest,
-  runList,
   loadConfigFile,
   mergeSettings,
-  notFound,
   openDatabase,
   readJson,
-  unauthorized,
-  userIdOf,
   type AttachHandler,
   type AttachStorage,
   type AuthUser,
   type FileDescription,
-  type ListProvider,
   type Logger,
 } from 'attach-storage'
+import { listResponse, parseListRequest, runList, type ListProvider } from 'attach-storage/list'
 
 /** The reference server's environment (see shared contract). */
 export interface ServerEnv {
@@ -80,9 +72,16 @@ const BOARD_JSON_LIMIT = 2 * 1024 * 1024
 const json = (body: unknown, status = 200) =>
   new Response(JSON.stringify(body), { status, headers: { 'content-type': 'application/json; charset=utf-8' } })
 
+/** The SQL dialect of the database the reference opens. */
+type Dialect = 'sqlite' | 'postgres' | 'mysql'
+
+/** The host's own refusals, answered like attach-storage's (`{code, message}` with the status). */
+const badRequest = (message: string) => new AttachStorageError('bad-request', message, { status: 400 })
+const notFound = (message: string) => new AttachStorageError('not-found', message, { status: 404 })
+const unauthorized = (message: string) => new AttachStorageError('unauthorized', message, { status: 401 })
+
 /** Creates the `board` host table (the spec's list example) if it is not there. */
-async function migrateBoard(db: Kysely<any>): Promise<void> {
-  const dialect = dialectOf(db)
+async function migrateBoard(db: Kysely<any>, dialect: Dialect): Promise<void> {
   await db.schema
     .createTable('board')
     .ifNotExists()
@@ -121,11 +120,15 @@ export const BOARD_LIST: ListProvider = {
   maxPerPage: 1000,
 }
 
+/** A stored user id as answered: a decimal integer as a number (as attach-storage answers `createdBy`). */
+const userId = (id: string): number | string =>
+  /^(0|[1-9]\d{0,15})$/.test(id) && Number.isSafeInteger(Number(id)) ? Number(id) : id
+
 const boardRow = (r: Record<string, unknown>) => ({
   id: Number(r.id),
   title: r.title as string,
   body: r.body as string,
-  createdBy: r.created_by === null ? null : userIdOf(String(r.created_by)),
+  createdBy: r.created_by === null ? null : userId(String(r.created_by)),
   createdDt: r.created_dt as string,
 })
 
@@ -165,11 +168,8 @@ export async function createReference(env: ServerEnv = process.env, logger: Logg
   settings.signing = { secret: signingSecret }
   if (env.ATTACH_CONFIG) settings = mergeSettings(settings, await loadConfigFile(env.ATTACH_CONFIG))
   const dbUrl = env.ATTACH_DATABASE_URL
-  const db = await openDatabase(
-    dbUrl
-      ? { type: dbUrl.startsWith('mysql') ? 'mysql' : 'postgres', url: dbUrl }
-      : { type: 'sqlite', file: join(dataDir, 'attach.db') },
-  )
+  const dialect: Dialect = !dbUrl ? 'sqlite' : dbUrl.startsWith('mysql') ? 'mysql' : 'postgres'
+  const db = await openDatabase(dialect === 'sqlite' ? { type: 'sqlite', file: join(dataDir, 'attach.db') } : { type: dialect, url: dbUrl! })
   const boardAuthorOnly = async (user: AuthUser | null, refKey: string) => {
     if (!user || !/^\d{1,15}$/.test(refKey)) return false
     const row = await db.selectFrom('board').select('created_by').where('id', '=', Number(refKey)).executeTakeFirst()
@@ -177,7 +177,7 @@ export async function createReference(env: ServerEnv = process.env, logger: Logg
   }
   let storage: AttachStorage
   try {
-    await migrateBoard(db)
+    await migrateBoard(db, dialect)
     storage = await createAttachStorage({
       config: settings,
       db,
@@ -254,7 +254,7 @@ export async function createReference(env: ServerEnv = process.env, logger: Logg
     const createdDt = new Date().toISOString()
     const values = { title, body: text ?? '', created_by: String(user.id), created_dt: createdDt }
     const inserted =
-      dialectOf(db) === 'mysql'
+      dialect === 'mysql'
         ? await db.insertInto('board').values(values).executeTakeFirstOrThrow().then((r) => ({ id: Number(r.insertId), ...values }))
         : await db.insertInto('board').values(values).returningAll().executeTakeFirstOrThrow()
     const post = boardRow(inserted)

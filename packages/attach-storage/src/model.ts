@@ -38,7 +38,13 @@ export interface AttachmentRecord {
 
 /** What the server adds when it answers a record. */
 export interface AttachmentView extends Omit<AttachmentRecord, 'sha256' | 'store' | 'blobId'> {
+  /**
+   * Where a client reads the file: the binary group's view route (signed for a guarded category when
+   * signing is configured), or the CDN address when the store has a `cdn-url` and the category no
+   * secure-access function.
+   */
   url: string
+  /** The CDN address, when `url` is one. */
   cdnUrl?: string
 }
 

@@ -1,5 +1,5 @@
 import type { Hono } from 'hono'
-import { createAttachHandler, notFound, type AttachHandler, type AttachStorage } from 'attach-storage'
+import { AttachStorageError, createAttachHandler, type AttachHandler, type AttachStorage } from 'attach-storage'
 
 /**
  * The methods handed to the handlers; any other one (`TRACE`, WebDAV's, ...) is answered 404
@@ -21,7 +21,7 @@ export function mountAttachStorage(app: Hono<any, any, any>, storage: AttachStor
   const handler = createAttachHandler(storage)
   const { apiPrefix, assetsPrefix } = storage.config
   const serve = (fetch: (request: Request) => Promise<Response>) => (c: { req: { method: string; raw: Request } }) =>
-    WEB_METHODS.has(c.req.method) ? fetch(c.req.raw) : notFound('No such route').toResponse()
+    WEB_METHODS.has(c.req.method) ? fetch(c.req.raw) : new AttachStorageError('not-found', 'No such route', { status: 404 }).toResponse()
   app.all(apiPrefix, serve(handler.api))
   app.all(`${apiPrefix}/*`, serve(handler.api))
   app.all(assetsPrefix, serve(handler.assets))

@@ -235,10 +235,32 @@ export const AttachConfigSchema = v.object({
   domains: v.optional(v.record(NAME, DomainSchema), {}),
 })
 
+/**
+ * The `attach` settings tree as a host writes it in code (camelCase; `createAttachStorage()` also takes
+ * the kebab-case keys of a file). docs/configuration.md lists every setting and its default.
+ *
+ * @example
+ * const config: AttachConfigInput = {
+ *   directory: { baseDir: './data/files', tmpDir: './data/tmp' },
+ *   domains: { post: { dateField: 'created_dt', categories: { image: { filters: ['image'] } } } },
+ * }
+ */
 export type AttachConfigInput = v.InferInput<typeof AttachConfigSchema>
+/** The settings tree once validated, with every default applied: what `storage.config` holds. */
 export type AttachConfigParsed = v.InferOutput<typeof AttachConfigSchema>
-export type CategoryConfig = v.InferOutput<typeof CategorySchema>
-export type DomainConfig = v.InferOutput<typeof DomainSchema>
+/**
+ * One category of a domain as a host writes it (`domains.<domain>.categories.<category>`): its filter
+ * chain, its secure-access function, the sizes its resized views may have.
+ *
+ * @example
+ * const image: CategoryConfig = { filters: ['image', { name: 'size', maxSize: '5MB' }], sizes: [{ w: 200, h: 200 }] }
+ */
+export type CategoryConfig = v.InferInput<typeof CategorySchema>
+/**
+ * One domain as a host writes it (`domains.<domain>`): its store, the entity field that dates its files,
+ * its categories (`default` is always there) and who may change an entity's attachments.
+ */
+export type DomainConfig = v.InferInput<typeof DomainSchema>
 
 /** Map keys that are names (kept as written) rather than setting keys (turned to camelCase). */
 const NAME_MAPS = new Set(['stores', 'domains', 'categories'])

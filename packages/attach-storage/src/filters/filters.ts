@@ -25,10 +25,23 @@ export interface FileProbe {
 /** A filter's verdict on a file: `null`/`undefined` passes; `{code, message}` rejects it. */
 export type FilterVerdict = { code: string; message: string } | null | undefined | void
 
-/** One filter of a filter chain. */
+/**
+ * One filter of a filter chain. Register it with `registry.registerFilter()`, then name it in a
+ * category's `filters` (or, as a request filter, in an upload's `filters` object).
+ *
+ * @example
+ * const noEmpty: AttachFilter = {
+ *   name: 'no-empty',
+ *   check: (file) => (file.size === 0 ? { code: 'no-empty', message: `${file.displayName} is empty` } : null),
+ * }
+ */
 export interface AttachFilter {
   /** The name a category's chain or a request's `filters` object uses. */
   readonly name: string
+  /**
+   * Judges one received file, with the options of the chain entry (`{name, ...options}`) or of the
+   * request. A throw refuses the file with the filter's name as the code (and is logged).
+   */
   check(file: FileProbe, options: Record<string, unknown>): FilterVerdict | Promise<FilterVerdict>
 }
 

@@ -50,6 +50,7 @@ export type ListFieldType = 'string' | 'integer' | 'number' | 'boolean' | 'datet
 
 /** One whitelisted search field. */
 export interface ListField {
+  /** The field's value type; a condition's value is coerced to it, or the condition is dropped. */
   type: ListFieldType
   /** The operators allowed on this field. `like` applies to `string` fields only. */
   ops: readonly ListOp[]
@@ -67,7 +68,10 @@ export interface ListProvider {
   primaryKey: string
   /** Fallback order (and the order of {@link exportAll}); default: primary key descending. */
   defaultOrder?: Array<{ column: string; direction: 'asc' | 'desc' }>
-  /** Largest `dataPerPage`; larger requests are clamped to it. Default 1000. */
+  /**
+   * Largest `dataPerPage`; larger requests are clamped to it.
+   * @default 1000
+   */
   maxPerPage?: number
   /** Fill `positionIdx` (1-based running number across pages) on every row. */
   positionIdx?: boolean
@@ -75,14 +79,19 @@ export interface ListProvider {
 
 /** One parsed search condition. Its value is already coerced to the field's type. */
 export interface ListCondition {
+  /** The API name of a whitelisted field. */
   field: string
+  /** An operator the field allows. */
   op: ListOp
+  /** The value, of the field's type (an array for `in`). */
   value: unknown
 }
 
 /** One parsed sort entry (an API name of {@link ListProvider.sortable}). */
 export interface ListSort {
+  /** The API name of a sortable column. */
   field: string
+  /** The direction. */
   direction: 'asc' | 'desc'
 }
 
@@ -110,6 +119,7 @@ export type AnySelectQuery = SelectQueryBuilder<any, any, any>
 /** Adds the server-enforced conditions (tenant, owner, ...) to a query. */
 export type ListEnforce = (qb: AnySelectQuery) => AnySelectQuery
 
+/** Options of {@link runList}. */
 export interface RunListOptions<T> {
   /** Server-enforced conditions, applied apart from and after `q`. */
   enforce?: ListEnforce
@@ -119,6 +129,7 @@ export interface RunListOptions<T> {
 
 /** What {@link runList} answers. */
 export interface ListResult<T> {
+  /** The rows of the page (every row without paging), mapped by `mapRow` when given. */
   rows: T[]
   /** Total matching rows (paging without `skipCount`). */
   total?: number
@@ -130,8 +141,12 @@ export interface ListResult<T> {
   headers: Headers
 }
 
+/** Options of {@link exportAll}. */
 export interface ExportAllOptions<T> extends RunListOptions<T> {
-  /** Rows fetched per round trip; default 500. */
+  /**
+   * Rows fetched per round trip.
+   * @default 500
+   */
   pageSize?: number
 }
 
@@ -144,7 +159,7 @@ export const MAX_IN_VALUES = 100
 /** Largest number of conditions in one `q`; more is a 400. */
 export const MAX_CONDITIONS = 100
 
-/** The names of the paging headers. */
+/** The names of the paging headers a paged list answers (and exposes to other origins). */
 export const LIST_HEADERS = {
   totalCount: 'x-app-total-count',
   page: 'x-app-page',

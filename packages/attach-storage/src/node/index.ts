@@ -13,7 +13,7 @@
 import type { IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http'
 import type { Duplex, Readable } from 'node:stream'
 import { pipeline } from 'node:stream/promises'
-import { AttachStorageError, badRequest, notFound } from '../errors.js'
+import { AttachStorageError, badRequest, notFound, type AttachErrorCode } from '../errors.js'
 import { nodeBodyOf } from '../http/node-body.js'
 
 /** Options shared by every entry point of the bridge. */
@@ -326,6 +326,11 @@ function drained(res: ServerResponse): Promise<boolean> {
   })
 }
 
+/** Bodies with a Content-Length up to this size are written at once. */
+const SMALL_RESPONSE = 256 * 1024
+
+export { NODE_BODY, nodeBodyOf } from '../http/node-body.js'
+
 /**
  * Writes a Web `Response` to a Node response: status, headers (each `Set-Cookie` on its own line), then
  * the body chunk by chunk, waiting for `drain` whenever the socket's buffer is full, so a slow client
@@ -333,11 +338,6 @@ function drained(res: ServerResponse): Promise<boolean> {
  * is cancelled, which closes the file or store stream behind it. Headers a middleware already set on
  * `res` (CORS) are kept unless the response sets the same ones.
  */
-/** Bodies with a Content-Length up to this size are written at once. */
-const SMALL_RESPONSE = 256 * 1024
-
-export { NODE_BODY, nodeBodyOf } from '../http/node-body.js'
-
 export async function writeWebResponse(res: ServerResponse, response: Response, signal?: AbortSignal): Promise<void> {
   const headers: OutgoingHttpHeaders = {}
   response.headers.forEach((value, name) => {
@@ -455,7 +455,7 @@ export async function handleNodeRequest(
   }
 }
 
-const FRAMEWORK_CODES: Record<number, [string, string]> = {
+const FRAMEWORK_CODES: Record<number, [AttachErrorCode, string]> = {
   400: ['bad-request', 'The request is not valid'],
   401: ['unauthorized', 'Authentication is required'],
   403: ['forbidden', 'The request is not permitted'],
@@ -497,7 +497,7 @@ export function frameworkError(err: unknown): AttachStorageError {
 }
 
 /** The JSON answer of {@link answerClientError}: status, code and message by Node's error code. */
-function clientErrorOf(err: NodeJS.ErrnoException): [number, string, string, string] {
+function clientErrorOf(err: NodeJS.ErrnoException): [number, string, AttachErrorCode, string] {
   if (err.code === 'HPE_HEADER_OVERFLOW') return [431, 'Request Header Fields Too Large', 'headers-too-large', 'The request headers are too large']
   if (err.code === 'ERR_HTTP_REQUEST_TIMEOUT') return [408, 'Request Timeout', 'request-timeout', 'The request took too long to arrive']
   return [400, 'Bad Request', 'bad-request', 'The request is not valid HTTP']

@@ -847,7 +847,7 @@ describe('openDatabase', () => {
       const stdout = await new Promise<string>((resolvePromise, reject) =>
         execFile(
           process.execPath,
-          ['--conditions=source', '--import', 'tsx', '--input-type=module', '-e', script],
+          ['--conditions=@attach-storage/source', '--import', 'tsx', '--input-type=module', '-e', script],
           { cwd: root, timeout: 120_000 },
           (err, out, errOut) => (err ? reject(new Error(`${err.message}\n${errOut}`)) : resolvePromise(out)),
         ),

@@ -26,9 +26,13 @@ export interface StoreSettingsSpec<E extends Record<string, SettingSchema>> {
 
 /** A store's settings declaration, made by {@link defineStoreSettings}. */
 export interface StoreSettings<E extends Record<string, SettingSchema>> {
+  /** The store type these settings belong to (`s3`, `sftp`, ...). */
   readonly type: string
+  /** The settings that must be given. */
   readonly required: readonly string[]
+  /** The settings whose values are masked in every message. */
   readonly secrets: readonly string[]
+  /** The schema of each setting, by camelCase name. */
   readonly entries: E
   /**
    * Validates the settings of store `name` (kebab-case or camelCase keys) and applies the defaults.

@@ -16,7 +16,9 @@ export interface StoreListEntry extends StoreStat {
 
 /** An inclusive byte range, as in HTTP: `end` defaults to the last byte. */
 export interface ByteRange {
+  /** The first byte, from 0. */
   start: number
+  /** The last byte (inclusive); default: the object's last byte. */
   end?: number
 }
 
