@@ -29,39 +29,6 @@ export interface ResizeRequest {
   negotiated: boolean
 }
 
-function dimension(value: string | null, name: string): number | undefined {
-  if (value === null) return undefined
-  if (!/^\d{1,5}$/.test(value)) throw badRequest(`${name} must be a whole number of pixels from 1 to ${MAX_DIMENSION}`)
-  const n = Number(value)
-  if (n < 1 || n > MAX_DIMENSION) throw badRequest(`${name} must be a whole number of pixels from 1 to ${MAX_DIMENSION}`)
-  return n
-}
-
-/**
- * Reads `w`, `h` and `format` (`webp`, `avif`, `jpeg`, `png` or `auto`, negotiated on `Accept`) of a view
- * request. Undefined when neither `w` nor `h` is given; 400 on a bad value.
- */
-export function parseResizeRequest(url: URL, accept: string | null): ResizeRequest | undefined {
-  const w = dimension(url.searchParams.get('w'), 'w')
-  const h = dimension(url.searchParams.get('h'), 'h')
-  const f = url.searchParams.get('format')
-  let format: Format | undefined
-  let negotiated = false
-  if (f !== null && f !== '') {
-    if (f === 'auto') {
-      negotiated = true
-      const a = (accept ?? '').toLowerCase()
-      format = a.includes('image/avif') ? 'avif' : a.includes('image/webp') ? 'webp' : undefined
-    } else if (f in FORMATS) {
-      format = f as Format
-    } else {
-      throw badRequest('format must be one of webp, avif, jpeg, png, auto')
-    }
-  }
-  if (w === undefined && h === undefined) return undefined
-  return { w, h, format, negotiated }
-}
-
 /** True when the resizer reads this media type. */
 export function isResizable(type: string): boolean {
   return RESIZABLE.has(type)
