@@ -132,9 +132,13 @@ export async function makeKit(
         if (typeof v === 'string') fd.append(k, v)
         else fd.append(k, v, name ?? 'file.bin')
       }
-      return handler.fetch(
-        new Request(`http://x${path}`, { method: 'POST', body: fd, headers: await auth(user) }),
-      )
+      // The multipart body as the bytes a client sends. A Request made from the FormData itself streams
+      // it from undici's serializer, whose producer on Node 24 keeps enqueueing after the handler stopped
+      // reading (a 413) and rejects unhandled with "ReadableStream is already closed".
+      const form = new Response(fd)
+      const headers = new Headers(await auth(user))
+      headers.set('content-type', form.headers.get('content-type')!)
+      return handler.fetch(new Request(`http://x${path}`, { method: 'POST', body: await form.blob(), headers }))
     },
     async cleanup() {
       await storage.close()

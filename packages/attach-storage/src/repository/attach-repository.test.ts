@@ -8,6 +8,7 @@ import { DIALECTS, openTestDatabase, type TestDatabase } from '../../../../test/
 import { AttachStorageError, isAttachError } from '../errors.js'
 import { AttachRepository, type NewBlob, type NewRecord } from './attach-repository.js'
 import { BLOB_TABLE, dialectOf, FILE_TABLE, openDatabase } from './database.js'
+import { usesNodeSqlite } from './node-sqlite.js'
 import { attachMigrations, MIGRATION_LOCK_TABLE, MIGRATION_TABLE, migrateAttachSchema } from './migrations.js'
 
 const SHA = 'ab'.repeat(32)
@@ -766,6 +767,54 @@ describe('openDatabase', () => {
     } finally {
       await db.destroy()
       await rm(dir, { recursive: true, force: true })
+    }
+  })
+
+  it('opens SQLite through node:sqlite from Node 24 on, better-sqlite3 before', () => {
+    // better-sqlite3 12 built for Node 24.19+ aborts the process when a GC outside JavaScript collects
+    // one of its objects (node-sqlite.ts).
+    expect(usesNodeSqlite('20.20.2')).toBe(false)
+    expect(usesNodeSqlite('22.22.0')).toBe(false)
+    expect(usesNodeSqlite('24.0.0')).toBe(true)
+    expect(usesNodeSqlite('24.21.0')).toBe(true)
+    expect(usesNodeSqlite('26.1.0')).toBe(true)
+  })
+
+  it('answers the same on either SQLite binding: plain rows, BLOBs as Buffers, RETURNING, streams, insert ids', async () => {
+    const db = await openDatabase({ type: 'sqlite', file: ':memory:' })
+    try {
+      await sql`create table t (id integer primary key autoincrement, name text not null unique, data blob, n integer)`.execute(db)
+      const inserted = await db
+        .insertInto('t')
+        .values({ name: 'a', data: Buffer.from([0, 1, 255]), n: 2 ** 40 })
+        .returning(['id', 'name'])
+        .executeTakeFirstOrThrow()
+      expect(inserted).toEqual({ id: 1, name: 'a' })
+      const second = await db.insertInto('t').values({ name: 'b', data: null, n: -1 }).executeTakeFirstOrThrow()
+      expect(second.insertId).toBe(2n)
+      expect(second.numInsertedOrUpdatedRows).toBe(1n)
+      const rows = await db.selectFrom('t').selectAll().orderBy('id').execute()
+      expect(rows).toStrictEqual([
+        { id: 1, name: 'a', data: Buffer.from([0, 1, 255]), n: 2 ** 40 },
+        { id: 2, name: 'b', data: null, n: -1 },
+      ])
+      expect(Object.getPrototypeOf(rows[0])).toBe(Object.prototype)
+      expect(Buffer.isBuffer(rows[0]!.data)).toBe(true)
+      const updated = await db.updateTable('t').set({ n: 0 }).executeTakeFirstOrThrow()
+      expect(updated.numUpdatedRows).toBe(2n)
+      const streamed: unknown[] = []
+      for await (const row of db.selectFrom('t').select('name').orderBy('id').stream()) streamed.push(row)
+      expect(streamed).toStrictEqual([{ name: 'a' }, { name: 'b' }])
+      // A failed statement rejects, and the transaction around it is rolled back.
+      await expect(
+        db.transaction().execute(async (trx) => {
+          await trx.insertInto('t').values({ name: 'c' }).execute()
+          await trx.insertInto('t').values({ name: 'a' }).execute()
+        }),
+      ).rejects.toThrow(/UNIQUE/)
+      expect(await db.selectFrom('t').select('name').orderBy('id').execute()).toEqual([{ name: 'a' }, { name: 'b' }])
+    } finally {
+      await db.destroy()
     }
   })
 

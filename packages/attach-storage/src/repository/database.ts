@@ -1,6 +1,6 @@
 import { mkdirSync } from 'node:fs'
 import { dirname, resolve } from 'node:path'
-import Database from 'better-sqlite3'
+import type BetterSqlite3 from 'better-sqlite3'
 import {
   type ColumnType,
   Kysely,
@@ -13,6 +13,7 @@ import {
 } from 'kysely'
 import type Pg from 'pg'
 import { AttachStorageError } from '../errors.js'
+import { NodeSqliteDatabaseAdapter, type NodeSqliteModule, usesNodeSqlite } from './node-sqlite.js'
 
 /** Name of the table of physical files (one row per stored file, shared by several records). */
 export const BLOB_TABLE = 'attach_blob'
@@ -20,8 +21,9 @@ export const BLOB_TABLE = 'attach_blob'
 export const FILE_TABLE = 'attach_file'
 
 /**
- * How an integer column comes back from a driver: a number (better-sqlite3, `pg` with the parser that
- * {@link openDatabase} installs, mysql2), a decimal string (`pg` bigint without that parser) or a bigint.
+ * How an integer column comes back from a driver: a number (better-sqlite3, node:sqlite, `pg` with the
+ * parser that {@link openDatabase} installs, mysql2), a decimal string (`pg` bigint without that parser)
+ * or a bigint.
  * The repository turns every one of them into a number.
  */
 export type DbInteger = number | string | bigint
@@ -144,8 +146,9 @@ async function loadDriver<T>(specifier: string, database: string, load: ImportDr
 /**
  * Opens a Kysely instance for the configured database. The caller owns it (`db.destroy()`).
  *
- * - sqlite: better-sqlite3 on `file` (its directory is created), WAL, `synchronous = FULL` (a commit
- *   is on the disk before it resolves, so an acknowledged save survives a power loss, not only a crash),
+ * - sqlite: `file` (its directory is created) through better-sqlite3 on Node 20 and 22, through Node's
+ *   own `node:sqlite` on Node 24 and later (node-sqlite.ts); WAL, `synchronous = FULL` (a commit is on
+ *   the disk before it resolves, so an acknowledged save survives a power loss, not only a crash),
  *   `busy_timeout = 5000`, foreign keys on.
  * - postgres: a `pg` Pool (the optional `pg` package, loaded only here); `bigint` columns come back as
  *   numbers when they fit.
@@ -170,19 +173,25 @@ export async function openDatabase(options: DatabaseOptions, importModule: Impor
   }
 }
 
-function openSqlite(file: string): Kysely<any> {
+async function openSqlite(file: string): Promise<Kysely<any>> {
   const inMemory = file === ':memory:' || file === ''
-  let database: Database.Database
+  let database: NodeSqliteDatabaseAdapter | BetterSqlite3.Database
   try {
     if (!inMemory) mkdirSync(dirname(resolve(file)), { recursive: true })
-    database = new Database(file, { timeout: 5000 })
+    if (usesNodeSqlite()) {
+      // Node 24+: Node's own binding (better-sqlite3 12 aborts there, see node-sqlite.ts).
+      database = new NodeSqliteDatabaseAdapter((await importDriver('node:sqlite')) as NodeSqliteModule, file, { timeout: 5000 })
+    } else {
+      const { default: Database } = await import('better-sqlite3')
+      database = new Database(file, { timeout: 5000 })
+    }
   } catch (cause) {
     throw new AttachStorageError('config-invalid', `Cannot open the SQLite database ${file}`, { cause })
   }
-  database.pragma('journal_mode = WAL')
-  database.pragma('synchronous = FULL')
-  database.pragma('busy_timeout = 5000')
-  database.pragma('foreign_keys = ON')
+  database.exec('PRAGMA journal_mode = WAL')
+  database.exec('PRAGMA synchronous = FULL')
+  database.exec('PRAGMA busy_timeout = 5000')
+  database.exec('PRAGMA foreign_keys = ON')
   return new Kysely<any>({ dialect: new SqliteDialect({ database }) })
 }
 
