@@ -55,9 +55,14 @@ const honoBase = `http://127.0.0.1:${(honoServer.address() as AddressInfo).port}
 
 // Saved through the API, as the bench does.
 const bearer = await token('1')
-const up = await uploadMultipart(`${honoBase}/api/storage/attach/tmp`, { refDomain: 'demo', refCategory: 'default' }, [{ field: 'file', path: file }], {
-  authorization: `Bearer ${bearer}`,
-})
+const up = await uploadMultipart(
+  `${honoBase}/api/storage/attach/tmp`,
+  { refDomain: 'demo', refCategory: 'default' },
+  [{ field: 'file', path: file }],
+  {
+    authorization: `Bearer ${bearer}`,
+  },
+)
 const item = JSON.parse(up.body!.toString()).files[0]
 const saved = await jsonCall(`${honoBase}/api/storage/attach/demo/1`, 'POST', { default: [{ savedName: item.name }] }, bearer)
 const id: number = saved.attachList[0].id
@@ -136,7 +141,11 @@ console.log(`node ${process.version}, ${seconds} s per variant after a 2 s warm-
 console.log(`${'variant'.padEnd(46)} ${'req/s'.padStart(8)} ${'CPU µs/req'.padStart(11)} ${'+ over bare'.padStart(12)}`)
 let bareCpu = NaN
 for (const [name, base] of variants) {
-  const url = name.startsWith('hono serveStatic') ? `${base}/photo.jpg` : name.startsWith('bare') || name.startsWith('+') ? `${base}/x` : `${base}/assets/storage/attach/view/${id}`
+  const url = name.startsWith('hono serveStatic')
+    ? `${base}/photo.jpg`
+    : name.startsWith('bare') || name.startsWith('+')
+      ? `${base}/x`
+      : `${base}/assets/storage/attach/view/${id}`
   const check = await fetch(url)
   if (check.status !== 200 || (await check.arrayBuffer()).byteLength !== 50 * 1024) throw new Error(`${name}: ${check.status}`)
   await wrk(url, { connections: 32, threads: 2, seconds: 2 })
@@ -144,7 +153,9 @@ for (const [name, base] of variants) {
   const r = await wrk(url, { connections: 32, threads: 2, seconds })
   const perReq = ((cpuSeconds(process.pid) - c0) * 1e6) / r.requests
   if (name === 'bare') bareCpu = perReq
-  console.log(`${name.padEnd(46)} ${Math.round(r.rps).toString().padStart(8)} ${Math.round(perReq).toString().padStart(11)} ${(name === 'bare' ? '' : `${perReq >= bareCpu ? '+' : ''}${Math.round(perReq - bareCpu)}`).padStart(12)}`)
+  console.log(
+    `${name.padEnd(46)} ${Math.round(r.rps).toString().padStart(8)} ${Math.round(perReq).toString().padStart(11)} ${(name === 'bare' ? '' : `${perReq >= bareCpu ? '+' : ''}${Math.round(perReq - bareCpu)}`).padStart(12)}`,
+  )
 }
 console.log(`\nload average ${execFileSync('cat', ['/proc/loadavg']).toString().trim()}`)
 sqlite.close()

@@ -222,15 +222,27 @@ async function measureDeep(db: Kysely<any>, rows: number): Promise<Array<{ depth
     for (let i = 0; i < 4; i++) {
       const started = performance.now()
       let n = 0
-      for await (const _row of exportAll(db.selectFrom('board').selectAll().where('id', '<', cursorId), BOARD_PROVIDER, { pageSize: PER_PAGE })) {
+      for await (const _row of exportAll(db.selectFrom('board').selectAll().where('id', '<', cursorId), BOARD_PROVIDER, {
+        pageSize: PER_PAGE,
+      })) {
         if (++n === PER_PAGE) break
       }
       if (i > 0) keysetTimes.push(performance.now() - started)
     }
     out.push({
       depth,
-      offsetMs: round2(percentile(offsetTimes.sort((a, b) => a - b), 0.5)),
-      keysetMs: round2(percentile(keysetTimes.sort((a, b) => a - b), 0.5)),
+      offsetMs: round2(
+        percentile(
+          offsetTimes.sort((a, b) => a - b),
+          0.5,
+        ),
+      ),
+      keysetMs: round2(
+        percentile(
+          keysetTimes.sort((a, b) => a - b),
+          0.5,
+        ),
+      ),
     })
   }
   return out
@@ -250,7 +262,9 @@ async function main(): Promise<void> {
   console.log(`Seeding ${rows.toLocaleString('en-US')} board rows in SQLite ...`)
   const seeded = await seedBoard(rows)
   console.log(`seeded in ${(seeded.seedMs / 1000).toFixed(1)} s (${seeded.file})`)
-  const load = loadavg().map((l) => l.toFixed(2)).join(' ')
+  const load = loadavg()
+    .map((l) => l.toFixed(2))
+    .join(' ')
   console.log(`${availableParallelism()} cores, load average ${load} (other processes inflate p99)\n`)
   const db = await openBench(seeded.file)
   try {

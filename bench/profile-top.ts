@@ -24,7 +24,22 @@ function area(n: Node): string {
     if (functionName === '(idle)') return 'idle'
     if (functionName === '(garbage collector)') return 'GC'
     if (functionName === '(program)') return 'V8 / native (program)'
-    if (['openFileHandle', 'fstat', 'close', 'read', 'open', 'stat', 'lstat', 'readFileUtf8', 'fsync', 'rename', 'writeBuffer', 'writeBuffers'].includes(functionName)) {
+    if (
+      [
+        'openFileHandle',
+        'fstat',
+        'close',
+        'read',
+        'open',
+        'stat',
+        'lstat',
+        'readFileUtf8',
+        'fsync',
+        'rename',
+        'writeBuffer',
+        'writeBuffers',
+      ].includes(functionName)
+    ) {
       return 'native: fs / socket calls'
     }
     if (['writev', 'writeUtf8String', 'writeLatin1String'].includes(functionName)) return 'native: socket writes'
@@ -60,7 +75,8 @@ for (const file of files) {
   const total = [...selfTime.values()].reduce((a, b) => a + b, 0)
   const idle = [...selfTime].filter(([id]) => byId.get(id)!.callFrame.functionName === '(idle)').reduce((a, [, t]) => a + t, 0)
   const busy = total - idle
-  const key = (n: Node) => `${n.callFrame.functionName || '(anonymous)'} ${n.callFrame.url.replace(/.*node_modules\//, '').replace(/^file:\/\/.*?\/(packages|examples|bench)\//, '$1/')}:${n.callFrame.lineNumber + 1}`
+  const key = (n: Node) =>
+    `${n.callFrame.functionName || '(anonymous)'} ${n.callFrame.url.replace(/.*node_modules\//, '').replace(/^file:\/\/.*?\/(packages|examples|bench)\//, '$1/')}:${n.callFrame.lineNumber + 1}`
   const byArea = new Map<string, number>()
   const bySelf = new Map<string, number>()
   const byIncl = new Map<string, number>()
@@ -80,7 +96,11 @@ for (const file of files) {
   }
   const pct = (t: number) => `${((100 * t) / busy).toFixed(1).padStart(5)}%`
   const top = (m: Map<string, number>, n: number) =>
-    [...m].sort((a, b) => b[1] - a[1]).slice(0, n).map(([k, t]) => `  ${pct(t)}  ${k}`).join('\n')
+    [...m]
+      .sort((a, b) => b[1] - a[1])
+      .slice(0, n)
+      .map(([k, t]) => `  ${pct(t)}  ${k}`)
+      .join('\n')
   console.log(`== ${file}`)
   console.log(`   ${(total / 1e6).toFixed(1)} s sampled, ${(busy / 1e6).toFixed(1)} s busy (percentages are of busy time)`)
   console.log('-- self time by area')

@@ -59,13 +59,20 @@ function parseArgs(argv: string[]): { quick: boolean; disk: boolean; profile: st
       const v = argv[++i]
       if (!v) throw new Error('--only needs a scenario name')
       v.split(',').forEach((x) => only.add(x.trim()))
-    } else if (a.startsWith('--only=')) a.slice(7).split(',').forEach((x) => only.add(x.trim()))
+    } else if (a.startsWith('--only='))
+      a.slice(7)
+        .split(',')
+        .forEach((x) => only.add(x.trim()))
     else if (a === '--help' || a === '-h') {
-      console.log(`usage: npm run bench -- [--quick] [--disk] [--profile <dir>] [--only <name>[,<name>...]]\nscenarios: ${SCENARIOS.map((s) => s.name).join(', ')}`)
+      console.log(
+        `usage: npm run bench -- [--quick] [--disk] [--profile <dir>] [--only <name>[,<name>...]]\nscenarios: ${SCENARIOS.map((s) => s.name).join(', ')}`,
+      )
       process.exit(0)
     } else throw new Error(`unknown argument ${a}`)
   }
-  for (const n of only) if (!SCENARIOS.some((s) => s.name === n)) throw new Error(`unknown scenario "${n}" (scenarios: ${SCENARIOS.map((s) => s.name).join(', ')})`)
+  for (const n of only)
+    if (!SCENARIOS.some((s) => s.name === n))
+      throw new Error(`unknown scenario "${n}" (scenarios: ${SCENARIOS.map((s) => s.name).join(', ')})`)
   return { quick, disk, profile: profile && resolve(profile), only: only.size ? only : undefined }
 }
 
@@ -125,7 +132,14 @@ async function main(): Promise<void> {
       } catch (err) {
         failed = true
         log(`${s.name} failed: ${(err as Error).stack ?? err}`)
-        rows.push({ scenario: s.name, figure: '', subject: '', value: '', status: 'MISSED', note: `error: ${(err as Error).message.split('\n')[0]}` })
+        rows.push({
+          scenario: s.name,
+          figure: '',
+          subject: '',
+          value: '',
+          status: 'MISSED',
+          note: `error: ${(err as Error).message.split('\n')[0]}`,
+        })
       }
       log(`${s.name} took ${((Date.now() - t) / 1000).toFixed(0)} s`)
     }
@@ -140,13 +154,20 @@ async function main(): Promise<void> {
     `${new Date().toISOString()}  node ${process.version}  ${process.platform}/${process.arch}  ${cpus().length} CPUs ${cpus()[0]?.model ?? ''}  ` +
       `data on ${onDisk ? 'disk (--disk)' : 'tmpfs (/dev/shm)'}  load average ${loadBefore.toFixed(2)} at start, ${loadavg()[0]!.toFixed(2)} at end`,
   )
-  console.log('ratio = attach-storage / that baseline: higher is better for throughput, lower for times; peak RSS + = server VmHWM minus its RSS before the measurement')
+  console.log(
+    'ratio = attach-storage / that baseline: higher is better for throughput, lower for times; peak RSS + = server VmHWM minus its RSS before the measurement',
+  )
   console.log('')
   console.log(renderTable(rows))
   console.log('')
-  for (const r of missed) console.log(`MISSED: ${r.scenario} / ${r.figure} / ${r.subject}: ${r.value}${r.ratio !== undefined ? `, ratio ${r.ratio.toFixed(2)}` : ''}${r.target ? `, target ${r.target}` : ''}${r.note ? ` (${r.note})` : ''}`)
+  for (const r of missed)
+    console.log(
+      `MISSED: ${r.scenario} / ${r.figure} / ${r.subject}: ${r.value}${r.ratio !== undefined ? `, ratio ${r.ratio.toFixed(2)}` : ''}${r.target ? `, target ${r.target}` : ''}${r.note ? ` (${r.note})` : ''}`,
+    )
   for (const r of skipped) console.log(`SKIPPED: ${r.scenario} / ${r.figure}: ${r.note}`)
-  console.log(`${missed.length ? `${missed.length} target(s) MISSED` : 'all measured targets met'}, ${skipped.length} skipped; took ${((Date.now() - started) / 1000).toFixed(0)} s`)
+  console.log(
+    `${missed.length ? `${missed.length} target(s) MISSED` : 'all measured targets met'}, ${skipped.length} skipped; took ${((Date.now() - started) / 1000).toFixed(0)} s`,
+  )
   // It reports, it does not gate: missed targets exit 0. A scenario that crashed is a broken bench.
   process.exitCode = failed ? 1 : 0
 }

@@ -215,10 +215,18 @@ async function checkAll(packages, names, packs, app) {
     )
     const source = exportTargets(pkg, SOURCE).filter((f) => !files.includes(f.replace(/^\.\//, '')))
     if (source.length) {
-      line('note', `pack ${pkg.name}`, `the workspace-only "${SOURCE}" condition names ${source.length} file(s) not in the tarball (only a consumer resolving with --conditions=${SOURCE} would look for them)`)
+      line(
+        'note',
+        `pack ${pkg.name}`,
+        `the workspace-only "${SOURCE}" condition names ${source.length} file(s) not in the tarball (only a consumer resolving with --conditions=${SOURCE} would look for them)`,
+      )
     }
     const deps = importProblems(dir, pkg, files)
-    line(deps.problems.length ? 'FAIL' : 'ok', `imports ${pkg.name}`, deps.problems.length ? deps.problems.join('; ') : `${deps.count} package(s), all declared, none bundled`)
+    line(
+      deps.problems.length ? 'FAIL' : 'ok',
+      `imports ${pkg.name}`,
+      deps.problems.length ? deps.problems.join('; ') : `${deps.count} package(s), all declared, none bundled`,
+    )
     const meta = metadataProblems(pkg)
     line(meta.length ? 'FAIL' : 'ok', `metadata ${pkg.name}`, meta.join('; '))
     // npm packs a LICENSE file of the package's folder whatever `files` says; the license requires it.
@@ -235,7 +243,11 @@ async function checkAll(packages, names, packs, app) {
   // 5. The installed packages, in the fresh project.
   writeFileSync(join(app, 'imports.mjs'), importsScript(tarballs))
   const imports = await run(process.execPath, ['imports.mjs'], { cwd: app, timeout: 60_000 })
-  line(imports.code === 0 ? 'ok' : 'FAIL', 'import every package and subpath', imports.code === 0 ? imports.output.trim() : `\n${indent(tail(imports.output))}`)
+  line(
+    imports.code === 0 ? 'ok' : 'FAIL',
+    'import every package and subpath',
+    imports.code === 0 ? imports.output.trim() : `\n${indent(tail(imports.output))}`,
+  )
 
   writeFileSync(join(app, 'example.mjs'), EXAMPLE_JS)
   for (const [name, text] of Object.entries(embeddingSources())) writeFileSync(join(app, name), text)
@@ -296,7 +308,8 @@ function metadataProblems(pkg) {
   if (!Array.isArray(pkg.files) || pkg.files.length === 0) problems.push('no "files" list')
   if (!pkg.exports) problems.push('no "exports" map')
   // A scoped package is published restricted (a paid private package) unless it says otherwise.
-  if (pkg.name.startsWith('@') && pkg.publishConfig?.access !== 'public') problems.push('scoped, without "publishConfig": {"access": "public"}')
+  if (pkg.name.startsWith('@') && pkg.publishConfig?.access !== 'public')
+    problems.push('scoped, without "publishConfig": {"access": "public"}')
   return problems
 }
 
@@ -343,9 +356,13 @@ async function lint(tarballs) {
     [0, 1].map(async () => {
       while (next < tarballs.length) {
         const i = next++
-        results[i] = await run(process.execPath, [attw, tarballs[i].file, '--profile', 'esm-only', '--no-definitely-typed', '--format', 'ascii', '--no-emoji'], {
-          timeout: 120_000,
-        })
+        results[i] = await run(
+          process.execPath,
+          [attw, tarballs[i].file, '--profile', 'esm-only', '--no-definitely-typed', '--format', 'ascii', '--no-emoji'],
+          {
+            timeout: 120_000,
+          },
+        )
       }
     }),
   )
@@ -423,7 +440,10 @@ async function install(tarballs, names, app) {
       mkdirSync(join(app, 'node_modules', 'better-sqlite3', 'build', 'Release'), { recursive: true })
       cpSync(built, join(app, 'node_modules', 'better-sqlite3', 'build', 'Release', 'better_sqlite3.node'))
       // Built for this Node? (The workspace may have been installed under another version.)
-      const probe = await run(process.execPath, ['-e', "new (require('better-sqlite3'))(':memory:').close()"], { cwd: app, timeout: 30_000 })
+      const probe = await run(process.execPath, ['-e', "new (require('better-sqlite3'))(':memory:').close()"], {
+        cwd: app,
+        timeout: 30_000,
+      })
       usable = probe.code === 0
     }
     if (!usable) {

@@ -258,9 +258,7 @@ async function startPostgres(): Promise<RunningServer> {
     asRoot ? ['runuser', ['-u', 'postgres', '--', join(bin, program), ...args]] : [join(bin, program), args]
 
   try {
-    const [initCmd, initArgs] = command('initdb', [
-      '-D', dataDir, '-A', 'trust', '-U', 'postgres', '--no-sync', '-E', 'UTF8', '--locale=C',
-    ])
+    const [initCmd, initArgs] = command('initdb', ['-D', dataDir, '-A', 'trust', '-U', 'postgres', '--no-sync', '-E', 'UTF8', '--locale=C'])
     execFileSync(initCmd, initArgs, { cwd: dir, stdio: ['ignore', 'pipe', 'pipe'] })
   } catch (err) {
     rmSync(dir, { recursive: true, force: true })
@@ -272,9 +270,22 @@ async function startPostgres(): Promise<RunningServer> {
   for (let attempt = 0; attempt < 3; attempt++) {
     const port = await freePort()
     const [cmd, args] = command('postgres', [
-      '-D', dataDir, '-k', dir, '-p', String(port),
-      '-c', 'listen_addresses=127.0.0.1', '-c', 'fsync=off', '-c', 'full_page_writes=off',
-      '-c', 'synchronous_commit=off', '-c', 'max_connections=200',
+      '-D',
+      dataDir,
+      '-k',
+      dir,
+      '-p',
+      String(port),
+      '-c',
+      'listen_addresses=127.0.0.1',
+      '-c',
+      'fsync=off',
+      '-c',
+      'full_page_writes=off',
+      '-c',
+      'synchronous_commit=off',
+      '-c',
+      'max_connections=200',
     ])
     const child = spawn(cmd, args, { cwd: dir, stdio: ['ignore', 'ignore', 'pipe'] })
     let log = ''
@@ -372,7 +383,13 @@ const MARIADB_SETTINGS = [
 
 /** The MariaDB server binary: `mariadbd` (or the older `mysqld` name) in the usual places or on PATH. */
 function findMariadbServer(): string | undefined {
-  const dirs = ['/usr/sbin', '/usr/local/sbin', '/usr/local/mysql/bin', '/usr/local/mariadb/bin', ...(process.env.PATH ?? '').split(delimiter)]
+  const dirs = [
+    '/usr/sbin',
+    '/usr/local/sbin',
+    '/usr/local/mysql/bin',
+    '/usr/local/mariadb/bin',
+    ...(process.env.PATH ?? '').split(delimiter),
+  ]
   for (const name of ['mariadbd', 'mysqld']) {
     for (const dir of dirs) {
       if (dir && existsSync(join(dir, name))) return join(dir, name)
@@ -437,20 +454,33 @@ async function bootstrapMariadb(bin: string, dataDir: string, userArgs: string[]
     await run(
       bin,
       [
-        '--no-defaults', '--bootstrap', `--datadir=${dataDir}`, '--log-warnings=0', '--enforce-storage-engine=',
-        '--max-allowed-packet=8M', '--net-buffer-length=16K', ...userArgs, ...MARIADB_SETTINGS,
+        '--no-defaults',
+        '--bootstrap',
+        `--datadir=${dataDir}`,
+        '--log-warnings=0',
+        '--enforce-storage-engine=',
+        '--max-allowed-packet=8M',
+        '--net-buffer-length=16K',
+        ...userArgs,
+        ...MARIADB_SETTINGS,
       ],
       input,
     )
     return 'bootstrap'
   }
-  const installDb = findOnPath('mariadb-install-db', ['/usr/bin', '/usr/local/bin', dirname(bin)]) ?? findOnPath('mysql_install_db', ['/usr/bin', dirname(bin)])
+  const installDb =
+    findOnPath('mariadb-install-db', ['/usr/bin', '/usr/local/bin', dirname(bin)]) ??
+    findOnPath('mysql_install_db', ['/usr/bin', dirname(bin)])
   if (installDb === undefined) {
     throw new Error(`Neither the system-table scripts (mysql_system_tables.sql) nor mariadb-install-db were found for ${bin}`)
   }
   await run(installDb, [
-    '--no-defaults', `--datadir=${dataDir}`, '--auth-root-authentication-method=normal', '--skip-test-db',
-    ...userArgs, ...MARIADB_SETTINGS,
+    '--no-defaults',
+    `--datadir=${dataDir}`,
+    '--auth-root-authentication-method=normal',
+    '--skip-test-db',
+    ...userArgs,
+    ...MARIADB_SETTINGS,
   ])
   return 'mariadb-install-db'
 }
@@ -504,9 +534,18 @@ async function startMariadb(): Promise<RunningServer> {
     const child = spawn(
       bin,
       [
-        '--no-defaults', `--datadir=${dataDir}`, `--socket=${join(dir, 'mysqld.sock')}`, `--pid-file=${join(dir, 'mysqld.pid')}`,
-        `--tmpdir=${dir}`, `--port=${port}`, '--bind-address=127.0.0.1', '--skip-grant-tables', '--max-connections=500',
-        '--innodb-fast-shutdown=3', ...userArgs, ...MARIADB_SETTINGS,
+        '--no-defaults',
+        `--datadir=${dataDir}`,
+        `--socket=${join(dir, 'mysqld.sock')}`,
+        `--pid-file=${join(dir, 'mysqld.pid')}`,
+        `--tmpdir=${dir}`,
+        `--port=${port}`,
+        '--bind-address=127.0.0.1',
+        '--skip-grant-tables',
+        '--max-connections=500',
+        '--innodb-fast-shutdown=3',
+        ...userArgs,
+        ...MARIADB_SETTINGS,
       ],
       { cwd: dir, stdio: ['ignore', 'ignore', 'pipe'] },
     )

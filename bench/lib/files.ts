@@ -42,11 +42,19 @@ export async function paddedJpeg(path: string, size: number): Promise<string> {
 export async function photoJpeg(path: string, width: number, height: number): Promise<string> {
   if (existsSync(path)) return path
   const coarse = await sharp({
-    create: { width: Math.ceil(width / 10), height: Math.ceil(height / 10), channels: 3, background: '#808080', noise: { type: 'gaussian', mean: 128, sigma: 60 } },
+    create: {
+      width: Math.ceil(width / 10),
+      height: Math.ceil(height / 10),
+      channels: 3,
+      background: '#808080',
+      noise: { type: 'gaussian', mean: 128, sigma: 60 },
+    },
   })
     .png()
     .toBuffer()
-  const grain = { create: { width, height, channels: 3 as const, background: '#808080', noise: { type: 'gaussian' as const, mean: 128, sigma: 12 } } }
+  const grain = {
+    create: { width, height, channels: 3 as const, background: '#808080', noise: { type: 'gaussian' as const, mean: 128, sigma: 12 } },
+  }
   await sharp(coarse)
     .resize(width, height, { kernel: 'cubic', fit: 'fill' })
     .composite([{ input: grain, blend: 'overlay' }])

@@ -45,7 +45,7 @@ export function uploadMultipart(
   files: MultipartFile[],
   headers: Record<string, string> = {},
 ): Promise<Timed> {
-  const boundary = '----attachbench' + randomBytes(12).toString('hex')
+  const boundary = `----attachbench${randomBytes(12).toString('hex')}`
   const parts: Array<Buffer | MultipartFile> = []
   for (const [k, v] of Object.entries(fields)) {
     parts.push(Buffer.from(`--${boundary}\r\nContent-Disposition: form-data; name="${k}"\r\n\r\n${v}\r\n`))

@@ -44,7 +44,8 @@ export async function startServer(
   const timeoutMs = options.timeoutMs ?? 60_000
   // One folder per server: Node writes one profile per thread (the main one is the largest; tsx's
   // module loader runs in a worker of its own).
-  const prof = options.profile && profileDir ? ['--cpu-prof', `--cpu-prof-dir=${join(profileDir, `${name.replace(/\W+/g, '-')}-${Date.now()}`)}`] : []
+  const prof =
+    options.profile && profileDir ? ['--cpu-prof', `--cpu-prof-dir=${join(profileDir, `${name.replace(/\W+/g, '-')}-${Date.now()}`)}`] : []
   const child = spawn(process.execPath, [...prof, ...NODE_TS, script, ...args], {
     cwd: ROOT,
     env: { ...process.env, PORT: '0', NODE_ENV: 'production', ...env },

@@ -10,7 +10,10 @@ export interface Reference extends Server {
   /** Temporary upload of files (fileMap parts) into demo/default; answers the temporary items. */
   tmpUpload(paths: Array<string | { path: string; name: string }>): Promise<Array<{ name: string; size: number; type: string }>>
   /** Temporary upload then confirmed save under demo/<refKey>/default; answers the saved records. */
-  save(paths: Array<string | { path: string; name: string }>, refKey?: string): Promise<Array<{ id: number; fileType: string; fileSize: number; displayName: string }>>
+  save(
+    paths: Array<string | { path: string; name: string }>,
+    refKey?: string,
+  ): Promise<Array<{ id: number; fileType: string; fileSize: number; displayName: string }>>
 }
 
 let keys = 0
@@ -29,12 +32,18 @@ export async function startReference(
   const dataDir = await mkdtemp(join(base, 'ref-'))
   let server: Server
   try {
-    server = await startServer(label, `examples/${app}/src/server.ts`, {
-      ATTACH_DATA_DIR: dataDir,
-      ATTACH_JWT_SECRET: JWT_SECRET,
-      ATTACH_MAX_FILE_SIZE: String(maxFileSize),
-      ...env,
-    }, [], { profile: true })
+    server = await startServer(
+      label,
+      `examples/${app}/src/server.ts`,
+      {
+        ATTACH_DATA_DIR: dataDir,
+        ATTACH_JWT_SECRET: JWT_SECRET,
+        ATTACH_MAX_FILE_SIZE: String(maxFileSize),
+        ...env,
+      },
+      [],
+      { profile: true },
+    )
   } catch (err) {
     await rm(dataDir, { recursive: true, force: true })
     throw err
@@ -44,12 +53,9 @@ export async function startReference(
     const files: MultipartFile[] = paths.map((p) =>
       typeof p === 'string' ? { field: 'fileMap', path: p } : { field: 'fileMap', path: p.path, name: p.name },
     )
-    const r = await uploadMultipart(
-      `${server.base}/api/storage/attach/tmp`,
-      { refDomain: 'demo', refCategory: 'default' },
-      files,
-      { authorization: `Bearer ${bearer}` },
-    )
+    const r = await uploadMultipart(`${server.base}/api/storage/attach/tmp`, { refDomain: 'demo', refCategory: 'default' }, files, {
+      authorization: `Bearer ${bearer}`,
+    })
     if (r.status !== 200) throw new Error(`temporary upload: ${r.status} ${r.body?.toString().slice(0, 500)}`)
     return JSON.parse(r.body!.toString()).files
   }

@@ -89,11 +89,9 @@ export function renderTable(rows: Row[]): string {
     r.cpu ?? '',
     r.ratio === undefined ? '' : ratioText(r),
     r.target ?? '',
-    r.status + (r.note ? (r.status ? ' ' : '') + `(${r.note})` : ''),
+    r.status + (r.note ? `${r.status ? ' ' : ''}(${r.note})` : ''),
   ])
-  const widths = head.map((h, i) =>
-    Math.max(h.length, ...cells.map((c) => (i === LAST ? 0 : Math.min(c[i]!.length, WRAP[i] ?? Infinity)))),
-  )
+  const widths = head.map((h, i) => Math.max(h.length, ...cells.map((c) => (i === LAST ? 0 : Math.min(c[i]!.length, WRAP[i] ?? Infinity)))))
   const line = (c: string[]) =>
     c
       .map((x, i) => (i === LAST ? x : i >= 3 && i <= 6 ? x.padStart(widths[i]!) : x.padEnd(widths[i]!)))

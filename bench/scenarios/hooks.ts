@@ -68,7 +68,13 @@ function resolvable(name: string): boolean {
 export async function adaptersBench(ctx: Context): Promise<void> {
   const adapters = [
     { app: 'express-app', label: 'Express adapter', baseline: 'express-static', baselineLabel: 'express.static', needs: 'express' },
-    { app: 'fastify-app', label: 'Fastify adapter', baseline: 'fastify-static', baselineLabel: '@fastify/static', needs: '@fastify/static' },
+    {
+      app: 'fastify-app',
+      label: 'Fastify adapter',
+      baseline: 'fastify-static',
+      baselineLabel: '@fastify/static',
+      needs: '@fastify/static',
+    },
   ]
   const w = ensureWrk(ctx.log)
   for (const a of adapters) {
@@ -88,7 +94,9 @@ export async function adaptersBench(ctx: Context): Promise<void> {
       const ours = await startReference(ctx.work, 100 * MiB, a.app, `attach-storage on ${a.label}`)
       servers.push(ours)
       const [rec] = await ours.save([file])
-      const targets = [{ label: `attach-storage view/{id}, ${a.label}`, url: `${ours.base}/assets/storage/attach/view/${rec!.id}`, pid: ours.pid }]
+      const targets = [
+        { label: `attach-storage view/{id}, ${a.label}`, url: `${ours.base}/assets/storage/attach/view/${rec!.id}`, pid: ours.pid },
+      ]
       let baselineMissing: string | undefined
       if (resolvable(a.needs)) {
         const base = await startServer(a.baselineLabel, 'bench/servers/baseline.ts', {}, [a.baseline, dir])
@@ -103,10 +111,28 @@ export async function adaptersBench(ctx: Context): Promise<void> {
       }
       const res = await wrkEach(targets, { ...wrkTimes(ctx), log: ctx.log })
       const o = res[0]!
-      ctx.add({ scenario: 'adapters', figure, subject: o.label, value: fmtRps(o.rps), rss: o.rssGrowth, cpu: fmtCpuPerReq(o.cpu, o.requests), status: '' })
+      ctx.add({
+        scenario: 'adapters',
+        figure,
+        subject: o.label,
+        value: fmtRps(o.rps),
+        rss: o.rssGrowth,
+        cpu: fmtCpuPerReq(o.cpu, o.requests),
+        status: '',
+      })
       if (res[1]) {
         const ratio = o.rps / res[1].rps
-        ctx.add({ scenario: 'adapters', figure, subject: res[1].label, value: fmtRps(res[1].rps), rss: res[1].rssGrowth, cpu: fmtCpuPerReq(res[1].cpu, res[1].requests), ratio, target: target('>=', 1.0), status: judge(ratio, '>=', 1.0) })
+        ctx.add({
+          scenario: 'adapters',
+          figure,
+          subject: res[1].label,
+          value: fmtRps(res[1].rps),
+          rss: res[1].rssGrowth,
+          cpu: fmtCpuPerReq(res[1].cpu, res[1].requests),
+          ratio,
+          target: target('>=', 1.0),
+          status: judge(ratio, '>=', 1.0),
+        })
       } else {
         ctx.add({ scenario: 'adapters', figure, subject: a.baselineLabel, value: '', status: 'SKIPPED', note: baselineMissing })
       }
@@ -143,7 +169,15 @@ export async function s3Bench(ctx: Context): Promise<void> {
       JSON.stringify({
         attach: {
           stores: {
-            cloud: { type: 's3', bucket: 'bench', region: 'us-east-1', endpoint: s3.base, 'force-path-style': true, 'access-key': 'S3RVER', 'secret-key': 'S3RVER' },
+            cloud: {
+              type: 's3',
+              bucket: 'bench',
+              region: 'us-east-1',
+              endpoint: s3.base,
+              'force-path-style': true,
+              'access-key': 'S3RVER',
+              'secret-key': 'S3RVER',
+            },
           },
           'default-store': 'cloud',
           'tmp-store': 'cloud',
@@ -159,7 +193,12 @@ export async function s3Bench(ctx: Context): Promise<void> {
     // Upload: ours into the temporary area (in S3), the SDK's into an object; the same multipart body.
     const up = async (which: 0 | 1) => {
       const url = which === 0 ? `${ours.base}/api/storage/attach/tmp` : `${sdk.base}/upload`
-      const r = await uploadMultipart(url, { refDomain: 'demo', refCategory: 'default' }, [{ field: 'file', path: file }], which === 0 ? auth : {})
+      const r = await uploadMultipart(
+        url,
+        { refDomain: 'demo', refCategory: 'default' },
+        [{ field: 'file', path: file }],
+        which === 0 ? auth : {},
+      )
       if (r.status !== 200) throw new Error(`s3 upload (${which === 0 ? 'ours' : 'sdk'}): ${r.status} ${r.body?.toString().slice(0, 300)}`)
       return r
     }
@@ -203,9 +242,27 @@ export async function s3Bench(ctx: Context): Promise<void> {
       const r0 = median(rates[0]!)
       const r1 = median(rates[1]!)
       const fig = `${what} ${ctx.quick ? 16 : 256} MiB via S3`
-      ctx.add({ scenario: 's3', figure: fig, subject: `attach-storage (S3 store)`, value: fmtRate(r0), rss: mem[0]!.growth, cpu: fmtCpuPerGiB(mem[0]!.cpu, size * reps), status: '' })
+      ctx.add({
+        scenario: 's3',
+        figure: fig,
+        subject: `attach-storage (S3 store)`,
+        value: fmtRate(r0),
+        rss: mem[0]!.growth,
+        cpu: fmtCpuPerGiB(mem[0]!.cpu, size * reps),
+        status: '',
+      })
       const ratio = r0 / r1
-      ctx.add({ scenario: 's3', figure: fig, subject: 'S3 SDK alone', value: fmtRate(r1), rss: mem[1]!.growth, cpu: fmtCpuPerGiB(mem[1]!.cpu, size * reps), ratio, target: target('>=', 0.9), status: judge(ratio, '>=', 0.9) })
+      ctx.add({
+        scenario: 's3',
+        figure: fig,
+        subject: 'S3 SDK alone',
+        value: fmtRate(r1),
+        rss: mem[1]!.growth,
+        cpu: fmtCpuPerGiB(mem[1]!.cpu, size * reps),
+        ratio,
+        target: target('>=', 0.9),
+        status: judge(ratio, '>=', 0.9),
+      })
     }
   } finally {
     for (const s of servers.reverse()) await s.stop()

@@ -54,7 +54,11 @@ export async function hostileBench(ctx: Context): Promise<void> {
     const jsonBody = { head: Buffer.from('{"title":"big","body":"'), chunk: Buffer.alloc(MiB, 'x'), count: 60, tail: Buffer.from('"}') }
     const boundary = 'hostileboundary'
     const field = (i: number) =>
-      Buffer.concat([Buffer.from(`--${boundary}\r\ncontent-disposition: form-data; name="f${i}"\r\n\r\n`), Buffer.alloc(MiB, 'y'), Buffer.from('\r\n')])
+      Buffer.concat([
+        Buffer.from(`--${boundary}\r\ncontent-disposition: form-data; name="f${i}"\r\n\r\n`),
+        Buffer.alloc(MiB, 'y'),
+        Buffer.from('\r\n'),
+      ])
     const cases: Array<{ figure: string; run: () => Promise<number[]> }> = [
       {
         figure: 'POST /board, 60 MB JSON with Content-Length',
@@ -67,7 +71,12 @@ export async function hostileBench(ctx: Context): Promise<void> {
       {
         figure: '3 multipart uploads of 100 text parts of 1 MiB',
         run: async () => {
-          const parts = { head: Buffer.from(`--${boundary}\r\ncontent-disposition: form-data; name="refDomain"\r\n\r\ndemo\r\n`), chunk: field(0), count: 100, tail: Buffer.from(`--${boundary}--\r\n`) }
+          const parts = {
+            head: Buffer.from(`--${boundary}\r\ncontent-disposition: form-data; name="refDomain"\r\n\r\ndemo\r\n`),
+            chunk: field(0),
+            count: 100,
+            tail: Buffer.from(`--${boundary}--\r\n`),
+          }
           const headers = { ...auth, 'content-type': `multipart/form-data; boundary=${boundary}` }
           return Promise.all([0, 1, 2].map(() => send(`${server.base}/api/storage/attach/tmp`, headers, parts, false)))
         },

@@ -32,7 +32,12 @@ function sharpDirect(args: string[]): Promise<any> {
 async function resized(ref: Reference, id: number, w: number) {
   const r = await request(`${ref.base}/assets/storage/attach/view/${id}?w=${w}`, { keep: true })
   let width: number | undefined
-  if (r.status === 200 && r.body) width = (await sharp(r.body).metadata().catch(() => ({ width: undefined }))).width
+  if (r.status === 200 && r.body)
+    width = (
+      await sharp(r.body)
+        .metadata()
+        .catch(() => ({ width: undefined }))
+    ).width
   return { ...r, width }
 }
 
@@ -77,7 +82,14 @@ export async function resizeBench(ctx: Context): Promise<void> {
     const tOurs = median(oursFirst)
     const tSharp = median(direct.times)
     const figFirst = `first ?w=800 of ${W}×${H}`
-    ctx.add({ scenario, figure: figFirst, subject: 'attach-storage (make, store, serve)', value: fmtMs(tOurs), cpu: perResize(cpuFirst), status: '' })
+    ctx.add({
+      scenario,
+      figure: figFirst,
+      subject: 'attach-storage (make, store, serve)',
+      value: fmtMs(tOurs),
+      cpu: perResize(cpuFirst),
+      status: '',
+    })
     ctx.add({
       scenario,
       figure: figFirst,
@@ -104,20 +116,35 @@ export async function resizeBench(ctx: Context): Promise<void> {
       for (let i = 0; i < rounds; i++) {
         const k = b * rounds + i
         const rs = await Promise.all(widths.map((w) => resized(ours!, warmRec.id, w + k)))
-        for (const [j, r] of rs.entries()) if (r.status !== 200 || r.width !== widths[j]! + k) throw new Error(`?w=${widths[j]! + k}: ${r.status}, width ${r.width}`)
+        for (const [j, r] of rs.entries())
+          if (r.status !== 200 || r.width !== widths[j]! + k) throw new Error(`?w=${widths[j]! + k}: ${r.status}, width ${r.width}`)
       }
       oursRates.push((rounds * widths.length) / ((performance.now() - t) / 1000))
       oursCpu += cpuSeconds(ours.pid) - cpu0
-      const par = (await sharpDirect([photo, 'parallel', String(rounds), ...widths.map(String)])) as { seconds: number; resizes: number; cpu: number }
+      const par = (await sharpDirect([photo, 'parallel', String(rounds), ...widths.map(String)])) as {
+        seconds: number
+        resizes: number
+        cpu: number
+      }
       sharpRates.push(par.resizes / par.seconds)
       sharpCpu += par.cpu
     }
     const oursRate = median(oursRates)
     const sharpRate = median(sharpRates)
     const cpuPar = oursCpu / (blocks * rounds * widths.length)
-    ctx.log(`resize: 4 in flight, resizes/s by block: attach-storage ${oursRates.map((x) => x.toFixed(1)).join('/')}, sharp ${sharpRates.map((x) => x.toFixed(1)).join('/')}`)
+    ctx.log(
+      `resize: 4 in flight, resizes/s by block: attach-storage ${oursRates.map((x) => x.toFixed(1)).join('/')}, sharp ${sharpRates.map((x) => x.toFixed(1)).join('/')}`,
+    )
     const figPar = '4 sizes in flight'
-    ctx.add({ scenario, figure: figPar, subject: 'attach-storage', value: `${oursRate.toFixed(1)} resizes/s`, rss: mem.stop().growth, cpu: perResize(cpuPar), status: '' })
+    ctx.add({
+      scenario,
+      figure: figPar,
+      subject: 'attach-storage',
+      value: `${oursRate.toFixed(1)} resizes/s`,
+      rss: mem.stop().growth,
+      cpu: perResize(cpuPar),
+      status: '',
+    })
     ctx.add({
       scenario,
       figure: figPar,
@@ -148,7 +175,10 @@ export async function resizeBench(ctx: Context): Promise<void> {
       rss: tenMem.stop().growth,
       target: '= 1 (sharp once)',
       status: made.length === 1 ? 'ok' : 'MISSED',
-      note: made.map((f) => f.slice(filesDir.length)).join(' ').slice(0, 80),
+      note: made
+        .map((f) => f.slice(filesDir.length))
+        .join(' ')
+        .slice(0, 80),
     })
 
     // A cached variant against a plain view of a file of the same bytes.
@@ -164,14 +194,40 @@ export async function resizeBench(ctx: Context): Promise<void> {
     const [plain] = await ours.save([variantPath])
     const res = await wrkEach(
       [
-        { label: 'attach-storage ?w=800 (cached)', url: `${ours.base}/assets/storage/attach/view/${firstRecs[0]!.id}?w=800`, pid: ours.pid },
-        { label: `plain view of the same ${(variant.bytes / 1024).toFixed(0)} KB`, url: `${ours.base}/assets/storage/attach/view/${plain!.id}`, pid: ours.pid },
+        {
+          label: 'attach-storage ?w=800 (cached)',
+          url: `${ours.base}/assets/storage/attach/view/${firstRecs[0]!.id}?w=800`,
+          pid: ours.pid,
+        },
+        {
+          label: `plain view of the same ${(variant.bytes / 1024).toFixed(0)} KB`,
+          url: `${ours.base}/assets/storage/attach/view/${plain!.id}`,
+          pid: ours.pid,
+        },
       ],
       { ...wrkTimes(ctx), log: ctx.log },
     )
-    ctx.add({ scenario, figure: figCached, subject: res[0]!.label, value: fmtRps(res[0]!.rps), rss: res[0]!.rssGrowth, cpu: fmtCpuPerReq(res[0]!.cpu, res[0]!.requests), status: '' })
+    ctx.add({
+      scenario,
+      figure: figCached,
+      subject: res[0]!.label,
+      value: fmtRps(res[0]!.rps),
+      rss: res[0]!.rssGrowth,
+      cpu: fmtCpuPerReq(res[0]!.cpu, res[0]!.requests),
+      status: '',
+    })
     const ratio = res[0]!.rps / res[1]!.rps
-    ctx.add({ scenario, figure: figCached, subject: res[1]!.label, value: fmtRps(res[1]!.rps), rss: res[1]!.rssGrowth, cpu: fmtCpuPerReq(res[1]!.cpu, res[1]!.requests), ratio, target: target('>=', 0.9), status: judge(ratio, '>=', 0.9) })
+    ctx.add({
+      scenario,
+      figure: figCached,
+      subject: res[1]!.label,
+      value: fmtRps(res[1]!.rps),
+      rss: res[1]!.rssGrowth,
+      cpu: fmtCpuPerReq(res[1]!.cpu, res[1]!.requests),
+      ratio,
+      target: target('>=', 0.9),
+      status: judge(ratio, '>=', 0.9),
+    })
   } finally {
     await ours?.stop()
     await rm(dir, { recursive: true, force: true })

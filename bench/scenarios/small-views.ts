@@ -36,17 +36,26 @@ export async function smallViewsBench(ctx: Context): Promise<void> {
     const targets = [
       { label: 'attach-storage view/{id}', url: `${ours.base}/assets/storage/attach/view/${rec!.id}`, pid: ours.pid },
       { label: 'bare node:http stat + createReadStream', url: `${bare.base}/photo.jpg`, pid: bare.pid },
-      { label: "Hono serveStatic", url: `${hono.base}/photo.jpg`, pid: hono.pid },
+      { label: 'Hono serveStatic', url: `${hono.base}/photo.jpg`, pid: hono.pid },
     ]
     for (const t of targets) {
       const r = await request(t.url, { keep: 1024 })
       if (r.status !== 200 || r.bytes !== SMALL) throw new Error(`${t.label}: ${r.status}, ${r.bytes} bytes`)
     }
     const res = await wrkEach(targets, { ...wrkTimes(ctx), log: ctx.log })
-    const [o, b, h] = res as [typeof res[0], typeof res[0], typeof res[0]]
+    const [o, b, h] = res as [(typeof res)[0], (typeof res)[0], (typeof res)[0]]
     const lat = (x: typeof o) => `p50 ${x.latencyP50ms.toFixed(1)} ms, p99 ${x.latencyP99ms.toFixed(1)} ms`
     const cpu = (x: typeof o) => fmtCpuPerReq(x.cpu, x.requests)
-    ctx.add({ scenario: 'views-50k', figure, subject: o.label, value: fmtRps(o.rps), rss: o.rssGrowth, cpu: cpu(o), status: '', note: lat(o) })
+    ctx.add({
+      scenario: 'views-50k',
+      figure,
+      subject: o.label,
+      value: fmtRps(o.rps),
+      rss: o.rssGrowth,
+      cpu: cpu(o),
+      status: '',
+      note: lat(o),
+    })
     ctx.add({
       scenario: 'views-50k',
       figure,
@@ -58,7 +67,17 @@ export async function smallViewsBench(ctx: Context): Promise<void> {
       target: target('>=', 1.0),
       status: judge(o.rps / b.rps, '>=', 1.0),
     })
-    ctx.add({ scenario: 'views-50k', figure, subject: `${h.label} (info)`, value: fmtRps(h.rps), rss: h.rssGrowth, cpu: cpu(h), ratio: o.rps / h.rps, status: '', note: `bare / serveStatic = ${(b.rps / h.rps).toFixed(2)}` })
+    ctx.add({
+      scenario: 'views-50k',
+      figure,
+      subject: `${h.label} (info)`,
+      value: fmtRps(h.rps),
+      rss: h.rssGrowth,
+      cpu: cpu(h),
+      ratio: o.rps / h.rps,
+      status: '',
+      note: `bare / serveStatic = ${(b.rps / h.rps).toFixed(2)}`,
+    })
   } finally {
     for (const s of servers.reverse()) await s.stop()
     await rm(dir, { recursive: true, force: true })

@@ -29,19 +29,37 @@ export async function uploadBench(ctx: Context): Promise<void> {
     servers.push(ours)
     const auth = { authorization: `Bearer ${ours.bearer}` }
     type Subject = { server: Server; url: string; headers: Record<string, string>; dir: string | undefined; label: string; min?: number }
-    const subjects: Subject[] = [{ server: ours, url: `${ours.base}/api/storage/attach/tmp`, headers: auth, dir: join(ours.dataDir, 'tmp'), label: 'attach-storage (tmp upload)' }]
+    const subjects: Subject[] = [
+      {
+        server: ours,
+        url: `${ours.base}/api/storage/attach/tmp`,
+        headers: auth,
+        dir: join(ours.dataDir, 'tmp'),
+        label: 'attach-storage (tmp upload)',
+      },
+    ]
     const bare = await startServer('bare pipe', 'bench/servers/baseline.ts', {}, ['bare-upload', bareDir])
     servers.push(bare)
     subjects.push({ server: bare, url: `${bare.base}/upload`, headers: {}, dir: bareDir, label: 'bare node:http pipe', min: 0.9 })
     if (ctx.onDisk) {
       // On a real disk, the store's fsync before it answers costs; this row shows that cost alone.
-      const bareSync = await startServer('bare pipe + fsync', 'bench/servers/baseline.ts', { BENCH_FSYNC: '1' }, ['bare-upload', bareSyncDir])
+      const bareSync = await startServer('bare pipe + fsync', 'bench/servers/baseline.ts', { BENCH_FSYNC: '1' }, [
+        'bare-upload',
+        bareSyncDir,
+      ])
       servers.push(bareSync)
       subjects.push({ server: bareSync, url: `${bareSync.base}/upload`, headers: {}, dir: bareSyncDir, label: 'bare pipe + fsync (info)' })
     }
     const multer = await startServer('multer', 'bench/servers/baseline.ts', {}, ['multer-upload', multerDir])
     servers.push(multer)
-    subjects.push({ server: multer, url: `${multer.base}/upload`, headers: {}, dir: multerDir, label: 'Express + multer (disk storage)', min: 1.0 })
+    subjects.push({
+      server: multer,
+      url: `${multer.base}/upload`,
+      headers: {},
+      dir: multerDir,
+      label: 'Express + multer (disk storage)',
+      min: 1.0,
+    })
 
     const send = async (s: Subject, path: string): Promise<Timed> => {
       const r = await uploadMultipart(s.url, { refDomain: 'demo', refCategory: 'default' }, [{ field: 'file', path }], s.headers)
@@ -93,7 +111,9 @@ export async function uploadBench(ctx: Context): Promise<void> {
         ...(s.min !== undefined ? { target: target('>=', s.min), status: judge(ratio, '>=', s.min) } : { status: '' as const }),
       })
     }
-    ctx.log(`upload: median of ${reps}; runs (MiB/s): ${subjects.map((s, i) => `${s.server.name} ${rates[i]!.map((x) => x.toFixed(0)).join('/')}`).join(', ')}; memory by ${mem[0]!.method}`)
+    ctx.log(
+      `upload: median of ${reps}; runs (MiB/s): ${subjects.map((s, i) => `${s.server.name} ${rates[i]!.map((x) => x.toFixed(0)).join('/')}`).join(', ')}; memory by ${mem[0]!.method}`,
+    )
   } finally {
     for (const s of servers.reverse()) await s.stop()
     for (const d of [bareDir, bareSyncDir, multerDir]) await rm(d, { recursive: true, force: true })

@@ -33,7 +33,8 @@ export async function viewBench(ctx: Context): Promise<void> {
     ]
     const get = async (url: string, name: string) => {
       const r = await request(url, { keep: 4096 })
-      if (r.status !== 200 || r.bytes !== size) throw new Error(`${name}: ${r.status}, ${r.bytes} bytes ${r.body?.toString().slice(0, 300) ?? ''}`)
+      if (r.status !== 200 || r.bytes !== size)
+        throw new Error(`${name}: ${r.status}, ${r.bytes} bytes ${r.body?.toString().slice(0, 300) ?? ''}`)
       return r
     }
     // Warm-up: one whole download each (the page cache holds both copies afterwards).
@@ -50,7 +51,15 @@ export async function viewBench(ctx: Context): Promise<void> {
     }
     const mem = probes.map((p) => p.stop())
     const rate = rates.map(median)
-    ctx.add({ scenario: 'view', figure, subject: 'attach-storage view/{id}', value: fmtRate(rate[0]!), rss: mem[0]!.growth, cpu: fmtCpuPerGiB(mem[0]!.cpu, size * reps), status: '' })
+    ctx.add({
+      scenario: 'view',
+      figure,
+      subject: 'attach-storage view/{id}',
+      value: fmtRate(rate[0]!),
+      rss: mem[0]!.growth,
+      cpu: fmtCpuPerGiB(mem[0]!.cpu, size * reps),
+      status: '',
+    })
     const ratio = rate[0]! / rate[1]!
     ctx.add({
       scenario: 'view',
@@ -63,7 +72,9 @@ export async function viewBench(ctx: Context): Promise<void> {
       target: target('>=', 1.0),
       status: judge(ratio, '>=', 1.0),
     })
-    ctx.log(`view: median of ${reps}; runs (MiB/s): ${subjects.map((s, i) => `${s.server.name} ${rates[i]!.map((x) => x.toFixed(0)).join('/')}`).join(', ')}`)
+    ctx.log(
+      `view: median of ${reps}; runs (MiB/s): ${subjects.map((s, i) => `${s.server.name} ${rates[i]!.map((x) => x.toFixed(0)).join('/')}`).join(', ')}`,
+    )
   } finally {
     for (const s of servers.reverse()) await s.stop()
     await rm(bareDir, { recursive: true, force: true })

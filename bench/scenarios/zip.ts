@@ -56,7 +56,12 @@ export async function zipBench(ctx: Context): Promise<void> {
     const archiver = await startServer('archiver', 'bench/servers/baseline.ts', {}, ['archiver-zip', dir])
     servers.push(archiver)
     const zipArchiver = (list: string[]) =>
-      request(`${archiver.base}/zip`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ title: 'bench', names: list }), keep: 4096 })
+      request(`${archiver.base}/zip`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ title: 'bench', names: list }),
+        keep: 4096,
+      })
     await zipArchiver(names.slice(0, 2))
 
     const subjects = [
@@ -104,7 +109,9 @@ export async function zipBench(ctx: Context): Promise<void> {
       status: judge(ratio, '>=', 1.0),
       note: `archive ${fmtMiB(bytes[1]!)}`,
     })
-    ctx.log(`zip: median of ${reps}; runs (MiB/s): ${subjects.map((s, i) => `${s.server.name} ${rates[i]!.map((x) => x.toFixed(0)).join('/')}`).join(', ')}`)
+    ctx.log(
+      `zip: median of ${reps}; runs (MiB/s): ${subjects.map((s, i) => `${s.server.name} ${rates[i]!.map((x) => x.toFixed(0)).join('/')}`).join(', ')}`,
+    )
   } finally {
     for (const s of servers.reverse()) await s.stop()
     await rm(dir, { recursive: true, force: true })

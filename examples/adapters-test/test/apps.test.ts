@@ -53,12 +53,22 @@ const APPS = {
     const ref = await honoApp.createReferenceApp(env, quiet)
     const server = serve({ fetch: ref.app.fetch, port: 0, hostname: '127.0.0.1' }) as Server
     server.on('clientError', answerClientError)
-    return { ref, server, port: await listening(server), stop: () => new Promise<void>((r) => (server.closeAllConnections(), server.close(() => r()))) }
+    return {
+      ref,
+      server,
+      port: await listening(server),
+      stop: () => new Promise<void>((r) => (server.closeAllConnections(), server.close(() => r()))),
+    }
   },
   async express(env: Env) {
     const ref = await expressApp.createReferenceApp(env, quiet)
     const server = createServer(ref.app).on('clientError', answerClientError).listen(0, '127.0.0.1')
-    return { ref, server, port: await listening(server), stop: () => new Promise<void>((r) => (server.closeAllConnections(), server.close(() => r()))) }
+    return {
+      ref,
+      server,
+      port: await listening(server),
+      stop: () => new Promise<void>((r) => (server.closeAllConnections(), server.close(() => r()))),
+    }
   },
   async fastify(env: Env) {
     const ref = await fastifyApp.createReferenceApp(env, quiet)
@@ -95,7 +105,10 @@ async function start(name: AppName, env: Env = {}): Promise<Running> {
 async function files(dir: string): Promise<string[]> {
   try {
     const entries = await readdir(dir, { withFileTypes: true, recursive: true })
-    return entries.filter((e) => e.isFile()).map((e) => join(e.parentPath, e.name)).sort()
+    return entries
+      .filter((e) => e.isFile())
+      .map((e) => join(e.parentPath, e.name))
+      .sort()
   } catch {
     return []
   }
@@ -260,7 +273,11 @@ const codeOf = (a: RawAnswer | undefined) => {
  * the same connection. Either both are answered on it, or the first answer says `Connection: close`
  * and the server closes the connection, after which a new connection is served. Returns which.
  */
-async function earlyAnswerThenNext(port: number, first: Array<string | Buffer>, next: string): Promise<[number, string | undefined, 'kept' | 'closed']> {
+async function earlyAnswerThenNext(
+  port: number,
+  first: Array<string | Buffer>,
+  next: string,
+): Promise<[number, string | undefined, 'kept' | 'closed']> {
   const conn = await RawConnection.open(port)
   try {
     for (const part of first) conn.write(part)
@@ -324,15 +341,22 @@ for (const name of NAMES) {
     const tmpDir = () => join(srv.dataDir, 'tmp')
 
     it('saves a board post with its attachments in one request, then serves them', async () => {
-      const photo = await sharp({ create: { width: 20, height: 10, channels: 3, background: '#f80' } }).jpeg().toBuffer()
-      const img = (await (await upload({ refDomain: 'board', refCategory: 'image' }, [new Blob([new Uint8Array(photo)]), 'p.jpg'])).json()).files[0]
+      const photo = await sharp({ create: { width: 20, height: 10, channels: 3, background: '#f80' } })
+        .jpeg()
+        .toBuffer()
+      const img = (await (await upload({ refDomain: 'board', refCategory: 'image' }, [new Blob([new Uint8Array(photo)]), 'p.jpg'])).json())
+        .files[0]
       const doc = (await (await upload({ refDomain: 'board' }, [new Blob(['minutes']), 'minutes.txt'])).json()).files[0]
       const res = await call('/board', {
         method: 'POST',
         body: JSON.stringify({
           title: 'Post',
           body: 'hello',
-          attachContainer: { refDomain: 'board', default: [{ savedName: doc.name, displayName: 'minutes.txt' }], image: [{ savedName: img.name, displayName: 'p.jpg' }] },
+          attachContainer: {
+            refDomain: 'board',
+            default: [{ savedName: doc.name, displayName: 'minutes.txt' }],
+            image: [{ savedName: img.name, displayName: 'p.jpg' }],
+          },
         }),
       })
       expect(res.status).toBe(201)
@@ -367,7 +391,15 @@ for (const name of NAMES) {
         count: res.headers.get('x-app-data-count'),
         rows: rows.map((r) => [r.title, r.positionIdx]),
       }
-      expect(page).toMatchObject({ total: '3', page: '1', count: '2', rows: [['Post', 1], ['L1', 2]] })
+      expect(page).toMatchObject({
+        total: '3',
+        page: '1',
+        count: '2',
+        rows: [
+          ['Post', 1],
+          ['L1', 2],
+        ],
+      })
       log.list = page
       const odd = await call('/board?_usePaging=true&currentPage=0&dataPerPage=x')
       log['list odd paging'] = [odd.status, await odd.json()]
@@ -384,11 +416,29 @@ for (const name of NAMES) {
         ['board without token', '/board', { method: 'POST', body: '{}', token: null }, 401, 'unauthorized'],
         ['board get without token', '/board/1', { token: null }, 401, 'unauthorized'],
         ['malformed confirmed save', '/api/storage/attach/demo/1', { method: 'POST', body: '{"x":' }, 400, 'bad-request'],
-        ['confirmed save as text', '/api/storage/attach/demo/1', { method: 'POST', body: 'x', headers: { 'content-type': 'text/plain' } }, 400, 'bad-request'],
+        [
+          'confirmed save as text',
+          '/api/storage/attach/demo/1',
+          { method: 'POST', body: 'x', headers: { 'content-type': 'text/plain' } },
+          400,
+          'bad-request',
+        ],
         ['confirmed save unknown domain', '/api/storage/attach/nope/1', { method: 'POST', body: '{}' }, 400, 'unknown-domain'],
         ['malformed board', '/board', { method: 'POST', body: '{"title":' }, 400, 'bad-request'],
-        ['board of another domain', '/board', { method: 'POST', body: JSON.stringify({ title: 'x', attachContainer: { refDomain: 'demo' } }) }, 400, 'bad-request'],
-        ['board unknown category', '/board', { method: 'POST', body: JSON.stringify({ title: 'x', attachContainer: { refDomain: 'board', nope: [] } }) }, 400, 'unknown-category'],
+        [
+          'board of another domain',
+          '/board',
+          { method: 'POST', body: JSON.stringify({ title: 'x', attachContainer: { refDomain: 'demo' } }) },
+          400,
+          'bad-request',
+        ],
+        [
+          'board unknown category',
+          '/board',
+          { method: 'POST', body: JSON.stringify({ title: 'x', attachContainer: { refDomain: 'board', nope: [] } }) },
+          400,
+          'unknown-category',
+        ],
         ['board id', '/board/abc', {}, 400, 'bad-request'],
         ['list without refDomain', '/api/storage/attach?refKeyList=1', {}, 400, 'bad-request'],
         ['bad percent-encoding', '/api/storage/attach/demo/%zz', {}, 400, 'bad-request'],
@@ -400,7 +450,13 @@ for (const name of NAMES) {
         ['assets by PUT', '/assets/storage/attach/view/1', { method: 'PUT', body: '{}' }, 404, 'not-found'],
         ['traversal %2F', '/assets/storage/attach-temp/view/demo/default/..%2F..%2Fattach.db', { token: null }, 404, 'not-found'],
         ['traversal %2e', '/assets/storage/attach-temp/view/demo/default/%2e%2e%2f%2e%2e%2fattach.db', { token: null }, 404, 'not-found'],
-        ['traversal direct path', '/assets/storage/attach-direct/view/demo/default?path=../../attach.db', { token: null }, 404, 'not-found'],
+        [
+          'traversal direct path',
+          '/assets/storage/attach-direct/view/demo/default?path=../../attach.db',
+          { token: null },
+          404,
+          'not-found',
+        ],
         ['traversal refKey', '/assets/storage/attach/view/demo/..%5c..%5cx/default', { token: null }, 400, 'bad-request'],
         ['traversal category', '/assets/storage/attach/view/demo/x/..%2f', { token: null }, 400, 'unknown-category'],
       ]
@@ -511,7 +567,9 @@ for (const name of NAMES) {
       ]
       const boundary = 'xEARLYx'
       const multipart = Buffer.concat([
-        Buffer.from(`--${boundary}\r\nContent-Disposition: form-data; name="refDomain"\r\n\r\ndemo\r\n--${boundary}\r\nContent-Disposition: form-data; name="file"; filename="b.bin"\r\n\r\n`),
+        Buffer.from(
+          `--${boundary}\r\nContent-Disposition: form-data; name="refDomain"\r\n\r\ndemo\r\n--${boundary}\r\nContent-Disposition: form-data; name="file"; filename="b.bin"\r\n\r\n`,
+        ),
         Buffer.alloc(600 * 1024, 7),
         Buffer.from(`\r\n--${boundary}--\r\n`),
       ])
@@ -519,7 +577,11 @@ for (const name of NAMES) {
       // 401 before a 600 KB body was read: the case found on the reference server.
       outcomes['board 600 KB without token'] = await earlyAnswerThenNext(srv.port, post('/board', json(600 * 1024)), next)
       outcomes['board 10 KB without token'] = await earlyAnswerThenNext(srv.port, post('/board', json(10 * 1024)), next)
-      outcomes['confirmed save 600 KB without token'] = await earlyAnswerThenNext(srv.port, post('/api/storage/attach/demo/1', json(600 * 1024)), next)
+      outcomes['confirmed save 600 KB without token'] = await earlyAnswerThenNext(
+        srv.port,
+        post('/api/storage/attach/demo/1', json(600 * 1024)),
+        next,
+      )
       outcomes['upload 600 KB without token'] = await earlyAnswerThenNext(
         srv.port,
         [
@@ -528,7 +590,11 @@ for (const name of NAMES) {
         ],
         next,
       )
-      outcomes['unknown route 600 KB'] = await earlyAnswerThenNext(srv.port, post('/nowhere', json(600 * 1024), `authorization: Bearer ${alice}\r\n`), next)
+      outcomes['unknown route 600 KB'] = await earlyAnswerThenNext(
+        srv.port,
+        post('/nowhere', json(600 * 1024), `authorization: Bearer ${alice}\r\n`),
+        next,
+      )
       outcomes['assets POST 600 KB'] = await earlyAnswerThenNext(srv.port, post('/assets/storage/attach/view/1', json(600 * 1024)), next)
       // The answer goes out while the body is still on its way: the client sends the rest afterwards.
       const big = json(600 * 1024)
@@ -593,7 +659,9 @@ for (const name of NAMES) {
       // Chunked with only the last chunk: an empty body, read, refused as JSON; the connection goes on.
       seen['chunked empty body'] = await earlyAnswerThenNext(
         srv.port,
-        [`POST /board HTTP/1.1\r\nhost: 127.0.0.1\r\nauthorization: Bearer ${alice}\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n0\r\n\r\n`],
+        [
+          `POST /board HTTP/1.1\r\nhost: 127.0.0.1\r\nauthorization: Bearer ${alice}\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n0\r\n\r\n`,
+        ],
         next,
       )
       // Expect: 100-continue with a token: 100, then the body, then 201.
@@ -615,7 +683,9 @@ for (const name of NAMES) {
       {
         const conn = await RawConnection.open(srv.port)
         const body = JSON.stringify({ title: 'refused' })
-        conn.write(`POST /board HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\nexpect: 100-continue\r\n\r\n`)
+        conn.write(
+          `POST /board HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\nexpect: 100-continue\r\n\r\n`,
+        )
         await conn.until(() => final(conn).length >= 1, 'the refusal')
         conn.write(body)
         conn.write(next)
@@ -650,7 +720,9 @@ for (const name of NAMES) {
       const before = await count()
       for (const path of ['/board', '/api/storage/attach/demo/abandoned']) {
         const conn = await RawConnection.open(srv.port)
-        conn.write(`POST ${path} HTTP/1.1\r\nhost: 127.0.0.1\r\nauthorization: Bearer ${alice}\r\ncontent-type: application/json\r\ncontent-length: 200000\r\n\r\n{"title":"half`)
+        conn.write(
+          `POST ${path} HTTP/1.1\r\nhost: 127.0.0.1\r\nauthorization: Bearer ${alice}\r\ncontent-type: application/json\r\ncontent-length: 200000\r\n\r\n{"title":"half`,
+        )
         conn.write('a'.repeat(50_000))
         await wait(100)
         conn.destroy()
@@ -683,7 +755,9 @@ for (const name of NAMES) {
       expect((await preflight('https://evil.example.com')).headers.get('access-control-allow-origin')).toBeNull()
       const actual = await call('/api/storage/config', { headers: { origin: ORIGIN } })
       expect(actual.headers.get('access-control-allow-origin')).toBe(ORIGIN)
-      expect(list(actual.headers.get('access-control-expose-headers'))).toEqual(expect.arrayContaining(['x-app-total-count', 'content-disposition']))
+      expect(list(actual.headers.get('access-control-expose-headers'))).toEqual(
+        expect.arrayContaining(['x-app-total-count', 'content-disposition']),
+      )
       const other = await call('/api/storage/config', { headers: { origin: 'https://evil.example.com' } })
       expect(other.headers.get('access-control-allow-origin')).toBeNull()
       log.cors = seen
@@ -691,7 +765,10 @@ for (const name of NAMES) {
 
     it('guards the private category by the token in the header or access_token, and the creator', async () => {
       const t = (await (await upload({ refDomain: 'demo', refCategory: 'private' }, [new Blob(['mine']), 'm.txt'])).json()).files[0]
-      const saved = await call('/api/storage/attach/demo/77', { method: 'POST', body: JSON.stringify({ private: [{ savedName: t.name }] }) })
+      const saved = await call('/api/storage/attach/demo/77', {
+        method: 'POST',
+        body: JSON.stringify({ private: [{ savedName: t.name }] }),
+      })
       const rec = (await saved.json()).attachList[0]
       const url = `${srv.base}/assets/storage/attach/view/${rec.id}`
       const status = async (u: string, token?: string) => {
@@ -699,7 +776,13 @@ for (const name of NAMES) {
         await res.arrayBuffer()
         return res.status
       }
-      const statuses = [await status(url), await status(`${url}?access_token=${bob}`), await status(url, bob), await status(`${url}?access_token=${alice}`), await status(url, alice)]
+      const statuses = [
+        await status(url),
+        await status(`${url}?access_token=${bob}`),
+        await status(url, bob),
+        await status(`${url}?access_token=${alice}`),
+        await status(url, alice),
+      ]
       expect(statuses).toEqual([403, 403, 403, 200, 200])
       log.private = statuses
     })
@@ -770,7 +853,11 @@ describe('host middleware around the adapters', () => {
     const base = await app.listen({ port: 0, host: '127.0.0.1' })
     try {
       await uploadAndSave(base, 'fastify-host')
-      const echo = await fetch(`${base}/host/echo`, { method: 'POST', body: JSON.stringify({ a: 1 }), headers: { 'content-type': 'application/json' } })
+      const echo = await fetch(`${base}/host/echo`, {
+        method: 'POST',
+        body: JSON.stringify({ a: 1 }),
+        headers: { 'content-type': 'application/json' },
+      })
       expect(await echo.json()).toEqual({ parsed: { a: 1 } })
     } finally {
       const closing = app.close()

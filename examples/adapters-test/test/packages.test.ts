@@ -28,29 +28,31 @@ function checkPackages(): Promise<{ code: number | null; output: string }> {
 }
 
 describe('the published packages', () => {
-  it(
-    'build, pack, pass publint and attw, install from their tarballs into a fresh project and run the README example there',
-    async () => {
-      const { code, output } = await checkPackages()
-      const lines = output.split('\n')
-      // The whole report is the failure message: one line per check.
-      expect(lines.filter((l) => l.startsWith('FAIL')), output).toEqual([])
-      expect(code, output).toBe(0)
-      for (const check of [
-        'ok   build',
-        'ok   publint attach-storage',
-        'ok   attw attach-storage',
-        'ok   install the tarballs into a fresh project',
-        'ok   import every package and subpath',
-        "ok   type-check the README's embedding example",
-        'ok   example: temporary upload',
-        'ok   example: confirmed save',
-        'ok   example: view',
-        'ok   example: resized view',
-      ]) {
-        expect(lines.some((l) => l.startsWith(check)), `${check}\n${output}`).toBe(true)
-      }
-    },
-    900_000,
-  )
+  it('build, pack, pass publint and attw, install from their tarballs into a fresh project and run the README example there', async () => {
+    const { code, output } = await checkPackages()
+    const lines = output.split('\n')
+    // The whole report is the failure message: one line per check.
+    expect(
+      lines.filter((l) => l.startsWith('FAIL')),
+      output,
+    ).toEqual([])
+    expect(code, output).toBe(0)
+    for (const check of [
+      'ok   build',
+      'ok   publint attach-storage',
+      'ok   attw attach-storage',
+      'ok   install the tarballs into a fresh project',
+      'ok   import every package and subpath',
+      "ok   type-check the README's embedding example",
+      'ok   example: temporary upload',
+      'ok   example: confirmed save',
+      'ok   example: view',
+      'ok   example: resized view',
+    ]) {
+      expect(
+        lines.some((l) => l.startsWith(check)),
+        `${check}\n${output}`,
+      ).toBe(true)
+    }
+  }, 900_000)
 })

@@ -22,7 +22,15 @@ export async function createReferenceApp(env: ServerEnv = process.env, logger: L
   app.set('case sensitive routing', true)
   if (ref.cors) {
     const c = ref.cors
-    app.use(cors({ origin: c.origins, allowedHeaders: c.allowHeaders, methods: c.allowMethods, exposedHeaders: c.exposeHeaders, maxAge: c.maxAge }))
+    app.use(
+      cors({
+        origin: c.origins,
+        allowedHeaders: c.allowHeaders,
+        methods: c.allowMethods,
+        exposedHeaders: c.exposeHeaders,
+        maxAge: c.maxAge,
+      }),
+    )
   }
   mountAttachStorage(app, ref.storage)
 

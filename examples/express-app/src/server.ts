@@ -4,21 +4,23 @@ import { runReferenceServer } from '@attach-storage/example-reference'
 import { answerClientError } from 'attach-storage/node'
 import { createReferenceApp } from './app.js'
 
-await runReferenceServer(createReferenceApp, (ref, port, host) =>
-  new Promise((resolve, reject) => {
-    const server = createServer(ref.app)
-    // Requests Node's parser refuses answer JSON `{code, message}` too.
-    server.on('clientError', answerClientError)
-    server.once('error', reject)
-    server.listen(port, host, () =>
-      resolve({
-        port: (server.address() as AddressInfo).port,
-        close: () =>
-          new Promise<void>((done) => {
-            server.close(() => done())
-            server.closeIdleConnections()
-          }),
-      }),
-    )
-  }),
+await runReferenceServer(
+  createReferenceApp,
+  (ref, port, host) =>
+    new Promise((resolve, reject) => {
+      const server = createServer(ref.app)
+      // Requests Node's parser refuses answer JSON `{code, message}` too.
+      server.on('clientError', answerClientError)
+      server.once('error', reject)
+      server.listen(port, host, () =>
+        resolve({
+          port: (server.address() as AddressInfo).port,
+          close: () =>
+            new Promise<void>((done) => {
+              server.close(() => done())
+              server.closeIdleConnections()
+            }),
+        }),
+      )
+    }),
 )

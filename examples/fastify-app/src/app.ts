@@ -1,6 +1,15 @@
 import cors from '@fastify/cors'
 import Fastify, { type FastifyInstance } from 'fastify'
-import { acceptRawBodies, attachErrorHandler, attachStorage, errorResponse, fromWebHandler, notFoundHandler, refuseOtherMethods, sendResponse } from '@attach-storage/fastify'
+import {
+  acceptRawBodies,
+  attachErrorHandler,
+  attachStorage,
+  errorResponse,
+  fromWebHandler,
+  notFoundHandler,
+  refuseOtherMethods,
+  sendResponse,
+} from '@attach-storage/fastify'
 import { createReference, type Reference, type ServerEnv } from '@attach-storage/example-reference'
 import type { Logger } from 'attach-storage'
 import { answerClientError } from 'attach-storage/node'

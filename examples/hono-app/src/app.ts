@@ -28,7 +28,16 @@ export async function createReferenceApp(env: ServerEnv = process.env, logger: L
   })
   if (ref.cors) {
     const c = ref.cors
-    app.use('*', cors({ origin: c.origins, allowHeaders: c.allowHeaders, allowMethods: c.allowMethods, exposeHeaders: c.exposeHeaders, maxAge: c.maxAge }))
+    app.use(
+      '*',
+      cors({
+        origin: c.origins,
+        allowHeaders: c.allowHeaders,
+        allowMethods: c.allowMethods,
+        exposeHeaders: c.exposeHeaders,
+        maxAge: c.maxAge,
+      }),
+    )
   }
   mountAttachStorage(app, ref.storage)
   app.post('/board', (c) => ref.createBoard(c.req.raw))

@@ -3,20 +3,22 @@ import { runReferenceServer } from '@attach-storage/example-reference'
 import { answerClientError } from 'attach-storage/node'
 import { createReferenceApp } from './app.js'
 
-await runReferenceServer(createReferenceApp, (ref, port, hostname) =>
-  new Promise((resolve, reject) => {
-    const server = serve({ fetch: ref.app.fetch, port, hostname }, (info) =>
-      resolve({
-        port: info.port,
-        close: () =>
-          new Promise<void>((done) => {
-            server.close(() => done())
-            ;(server as unknown as { closeIdleConnections?: () => void }).closeIdleConnections?.()
-          }),
-      }),
-    )
-    server.once('error', reject)
-    // Requests Node's parser refuses answer JSON `{code, message}` too.
-    server.on('clientError', answerClientError)
-  }),
+await runReferenceServer(
+  createReferenceApp,
+  (ref, port, hostname) =>
+    new Promise((resolve, reject) => {
+      const server = serve({ fetch: ref.app.fetch, port, hostname }, (info) =>
+        resolve({
+          port: info.port,
+          close: () =>
+            new Promise<void>((done) => {
+              server.close(() => done())
+              ;(server as unknown as { closeIdleConnections?: () => void }).closeIdleConnections?.()
+            }),
+        }),
+      )
+      server.once('error', reject)
+      // Requests Node's parser refuses answer JSON `{code, message}` too.
+      server.on('clientError', answerClientError)
+    }),
 )

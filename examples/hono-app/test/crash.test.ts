@@ -44,7 +44,14 @@ const bundle = join(here, '..', '..', '..', 'node_modules', '.cache', 'attach-cr
 async function startChild(dataDir: string): Promise<Child> {
   const proc = spawn(process.execPath, [bundle], {
     cwd: join(here, '..'),
-    env: { ...process.env, PORT: '0', ATTACH_DATA_DIR: dataDir, ATTACH_JWT_SECRET: SECRET, ATTACH_SIGNING_SECRET: SECRET, ATTACH_TEST_PAUSE: '1' },
+    env: {
+      ...process.env,
+      PORT: '0',
+      ATTACH_DATA_DIR: dataDir,
+      ATTACH_JWT_SECRET: SECRET,
+      ATTACH_SIGNING_SECRET: SECRET,
+      ATTACH_TEST_PAUSE: '1',
+    },
     stdio: ['pipe', 'pipe', 'pipe'],
   })
   running.add(proc)
@@ -95,7 +102,9 @@ describe('confirmed saves survive kill -9', () => {
         {
           name: 'workspace-only',
           setup(b) {
-            b.onResolve({ filter: /^[^./]/ }, (a) => (/^(attach-storage|@attach-storage\/)/.test(a.path) ? undefined : { path: a.path, external: true }))
+            b.onResolve({ filter: /^[^./]/ }, (a) =>
+              /^(attach-storage|@attach-storage\/)/.test(a.path) ? undefined : { path: a.path, external: true },
+            )
           },
         },
       ],
@@ -214,7 +223,10 @@ describe('confirmed saves survive kill -9', () => {
     const config = join(dataDir, 'sweep.yaml')
     await writeFile(config, 'attach:\n  tmp-ttl: 1s\n')
     const quiet = { info() {}, warn() {}, error() {} }
-    const ref = await createReferenceApp({ ATTACH_DATA_DIR: dataDir, ATTACH_JWT_SECRET: SECRET, ATTACH_SIGNING_SECRET: SECRET, ATTACH_CONFIG: config }, quiet)
+    const ref = await createReferenceApp(
+      { ATTACH_DATA_DIR: dataDir, ATTACH_JWT_SECRET: SECRET, ATTACH_SIGNING_SECRET: SECRET, ATTACH_CONFIG: config },
+      quiet,
+    )
     try {
       const partialsBefore = (await walk(dataDir)).filter((f) => f.endsWith('.partial')).length
       await new Promise((r) => setTimeout(r, 1100))

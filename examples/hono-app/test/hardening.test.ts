@@ -80,7 +80,7 @@ describe('reference server: ownership of board attachments, bounded bodies, sign
         c.close()
       },
     })
-    const chunked = await fetch(srv.base + '/board', {
+    const chunked = await fetch(`${srv.base}/board`, {
       method: 'POST',
       body: chunks,
       headers: { authorization: `Bearer ${alice}`, 'content-type': 'application/json' },
@@ -124,8 +124,8 @@ describe('reference server without ATTACH_SIGNING_SECRET', () => {
       fd.set('refCategory', 'private')
       fd.set('file', new Blob(['p']), 'p.txt')
       const auth = { authorization: `Bearer ${alice}` }
-      const up = await (await fetch(srv.base + '/api/storage/attach/tmp', { method: 'POST', body: fd, headers: auth })).json()
-      const saved = await fetch(srv.base + '/api/storage/attach/demo/k', {
+      const up = await (await fetch(`${srv.base}/api/storage/attach/tmp`, { method: 'POST', body: fd, headers: auth })).json()
+      const saved = await fetch(`${srv.base}/api/storage/attach/demo/k`, {
         method: 'POST',
         headers: { ...auth, 'content-type': 'application/json' },
         body: JSON.stringify({ private: [{ savedName: up.files[0].name }] }),

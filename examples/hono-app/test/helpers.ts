@@ -62,4 +62,3 @@ export async function pgDatabase(): Promise<{ url: string; drop(): Promise<void>
   await t.db.destroy() // the server under test opens its own connections
   return { url: t.location, drop: () => t.cleanup() }
 }
-

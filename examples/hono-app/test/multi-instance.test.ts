@@ -2,7 +2,7 @@
  * Several stateless instances on one PostgreSQL database and one S3 store (s3rver), and per-domain
  * store selection with two stores at once, all through real listening servers and ATTACH_CONFIG.
  */
-import { readdir, rm, writeFile, mkdtemp } from 'node:fs/promises'
+import { rm, writeFile, mkdtemp } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import sharp from 'sharp'
@@ -74,7 +74,9 @@ describe('two instances on one PostgreSQL database and one S3 store', () => {
   }
 
   it('uploads through one, confirms and views through the other, deletes through the first, leaving nothing', async () => {
-    const photo = await sharp({ create: { width: 1200, height: 800, channels: 3, background: '#c33' } }).jpeg().toBuffer()
+    const photo = await sharp({ create: { width: 1200, height: 800, channels: 3, background: '#c33' } })
+      .jpeg()
+      .toBuffer()
     const fd = new FormData()
     fd.set('refDomain', 'demo')
     fd.set('refCategory', 'image')
@@ -86,7 +88,10 @@ describe('two instances on one PostgreSQL database and one S3 store', () => {
     expect(await bucketKeys(s3)).toEqual([`_tmp/${item.name}`, `_tmp/${item.name}.meta.json`])
     expect(await walk(join(a.dataDir, 'tmp'))).toEqual([])
 
-    const saved = await call(b, '/api/storage/attach/demo/500', { method: 'POST', body: JSON.stringify({ image: [{ savedName: item.name, displayName: 'shared.jpg' }] }) })
+    const saved = await call(b, '/api/storage/attach/demo/500', {
+      method: 'POST',
+      body: JSON.stringify({ image: [{ savedName: item.name, displayName: 'shared.jpg' }] }),
+    })
     expect(saved.status).toBe(200)
     const rec = (await saved.json()).attachList[0]
     expect(await bucketKeys(s3)).toEqual([`demo/${rec.savedDir.split('/').slice(2, 4).join('/')}/500/${item.name}`])
@@ -120,7 +125,11 @@ describe('two instances on one PostgreSQL database and one S3 store', () => {
     fd.set('refDomain', 'demo')
     fd.set('file', new Blob(['soon gone']), 'gone.txt')
     const item = (await (await call(a, '/api/storage/attach/tmp', { method: 'POST', body: fd })).json()).files[0]
-    const rec = (await (await call(b, '/api/storage/attach/demo/501', { method: 'POST', body: JSON.stringify({ default: [{ savedName: item.name }] }) })).json()).attachList[0]
+    const rec = (
+      await (
+        await call(b, '/api/storage/attach/demo/501', { method: 'POST', body: JSON.stringify({ default: [{ savedName: item.name }] }) })
+      ).json()
+    ).attachList[0]
     await rm(s3.objectFile(`${rec.savedDir.slice(1)}${rec.savedName}`), { force: true })
     const res = await fetch(`${a.base}/assets/storage/attach/view/${rec.id}`)
     expect(res.status).toBe(404)
@@ -169,11 +178,18 @@ describe('per-domain store selection with two stores at once', () => {
           headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
         })
       ).json()
-      for (const [domain, key] of [['demo', '1'], ['board', String(post.id)]]) {
+      for (const [domain, key] of [
+        ['demo', '1'],
+        ['board', String(post.id)],
+      ]) {
         const fd = new FormData()
         fd.set('refDomain', domain!)
         fd.set('file', new Blob([`${domain} bytes`]), `${domain}.txt`)
-        const item = (await (await fetch(`${srv.base}/api/storage/attach/tmp`, { method: 'POST', body: fd, headers: { authorization: `Bearer ${token}` } })).json()).files[0]
+        const item = (
+          await (
+            await fetch(`${srv.base}/api/storage/attach/tmp`, { method: 'POST', body: fd, headers: { authorization: `Bearer ${token}` } })
+          ).json()
+        ).files[0]
         const res = await fetch(`${srv.base}/api/storage/attach/${domain}/${key}`, {
           method: 'POST',
           body: JSON.stringify({ default: [{ savedName: item.name }] }),
@@ -266,7 +282,11 @@ describe('the remote store going away', () => {
       const item = (await (await fetch(`${srv.base}/api/storage/attach/tmp`, { method: 'POST', body: fd, headers: auth })).json()).files[0]
       const bag = JSON.stringify({ default: [{ savedName: item.name, displayName: 'd.txt' }] })
       proxy.cut()
-      const failed = await fetch(`${srv.base}/api/storage/attach/demo/77`, { method: 'POST', body: bag, headers: { ...auth, 'content-type': 'application/json' } })
+      const failed = await fetch(`${srv.base}/api/storage/attach/demo/77`, {
+        method: 'POST',
+        body: bag,
+        headers: { ...auth, 'content-type': 'application/json' },
+      })
       expect(failed.status).toBe(500)
       const body = await failed.json()
       expect(body).toMatchObject({ code: 'attach-save-failure', failures: [{ refCategory: 'default', index: 0, displayName: 'd.txt' }] })
@@ -286,7 +306,11 @@ describe('the remote store going away', () => {
       expect(await walk(join(srv.dataDir, 'tmp'))).toHaveLength(2)
 
       proxy.restore()
-      const retry = await fetch(`${srv.base}/api/storage/attach/demo/77`, { method: 'POST', body: bag, headers: { ...auth, 'content-type': 'application/json' } })
+      const retry = await fetch(`${srv.base}/api/storage/attach/demo/77`, {
+        method: 'POST',
+        body: bag,
+        headers: { ...auth, 'content-type': 'application/json' },
+      })
       expect(retry.status).toBe(200)
       const rec = (await retry.json()).attachList[0]
       expect(await (await fetch(srv.base + rec.url)).text()).toBe('durable bytes')

@@ -52,7 +52,9 @@ for (const dialect of ['sqlite', 'postgres'] as const) {
     }
 
     it('saves a board post and its attachments in one request, then answers it with its AttachBag', async () => {
-      const photo = await sharp({ create: { width: 40, height: 30, channels: 3, background: '#08f' } }).jpeg().toBuffer()
+      const photo = await sharp({ create: { width: 40, height: 30, channels: 3, background: '#08f' } })
+        .jpeg()
+        .toBuffer()
       const img = await tmpUpload(new Blob([new Uint8Array(photo)]), '사진.jpg', 'board', 'image')
       const doc = await tmpUpload(new Blob(['minutes of the meeting']), 'minutes.txt')
       const res = await api('/board', {
@@ -88,20 +90,32 @@ for (const dialect of ['sqlite', 'postgres'] as const) {
     it('answers a partial failure of the board save as attach-save-failure with the post id', async () => {
       const res = await api('/board', {
         method: 'POST',
-        body: JSON.stringify({ title: 'Second', attachContainer: { refDomain: 'board', default: [{ savedName: 'gone.txt', displayName: 'gone.txt' }] } }),
+        body: JSON.stringify({
+          title: 'Second',
+          attachContainer: { refDomain: 'board', default: [{ savedName: 'gone.txt', displayName: 'gone.txt' }] },
+        }),
       })
       expect(res.status).toBe(500)
       const body = await res.json()
-      expect(body).toMatchObject({ code: 'attach-save-failure', id: expect.any(Number), failures: [{ refCategory: 'default', index: 0, displayName: 'gone.txt' }] })
+      expect(body).toMatchObject({
+        code: 'attach-save-failure',
+        id: expect.any(Number),
+        failures: [{ refCategory: 'default', index: 0, displayName: 'gone.txt' }],
+      })
     })
 
     it('refuses bad board input with 4xx JSON bodies', async () => {
       const cases: Array<[RequestInit & { token?: string | null }, string, number, string]> = [
         [{ method: 'POST', body: '{}', token: null }, '/board', 401, 'unauthorized'],
-        [{ method: 'POST', body: '{"title":', }, '/board', 400, 'bad-request'],
+        [{ method: 'POST', body: '{"title":' }, '/board', 400, 'bad-request'],
         [{ method: 'POST', body: JSON.stringify({ title: '' }) }, '/board', 400, 'bad-request'],
         [{ method: 'POST', body: JSON.stringify({ title: 'x', attachContainer: { refDomain: 'demo' } }) }, '/board', 400, 'bad-request'],
-        [{ method: 'POST', body: JSON.stringify({ title: 'x', attachContainer: { refDomain: 'board', nope: [] } }) }, '/board', 400, 'unknown-category'],
+        [
+          { method: 'POST', body: JSON.stringify({ title: 'x', attachContainer: { refDomain: 'board', nope: [] } }) },
+          '/board',
+          400,
+          'unknown-category',
+        ],
         [{}, '/board/abc', 400, 'bad-request'],
         [{}, '/board/999999', 404, 'not-found'],
         [{ token: null }, '/board/1', 401, 'unauthorized'],
@@ -135,7 +149,15 @@ for (const dialect of ['sqlite', 'postgres'] as const) {
       res = await api('/board?_usePaging=true&skipCount=true&dataPerPage=2')
       expect(res.headers.get('x-app-total-count')).toBeNull()
       // q on the whitelist; an unknown field or op is dropped, never an error.
-      const q = encodeURIComponent(JSON.stringify({ conds: [{ field: 'title', op: 'like', val: 'list post' }, { field: 'body', op: 'eq', val: 'x' }, { field: 'id', op: 'like', val: 1 }] }))
+      const q = encodeURIComponent(
+        JSON.stringify({
+          conds: [
+            { field: 'title', op: 'like', val: 'list post' },
+            { field: 'body', op: 'eq', val: 'x' },
+            { field: 'id', op: 'like', val: 1 },
+          ],
+        }),
+      )
       rows = await (await api(`/board?q=${q}&sortBy=title:asc,nope:desc`)).json()
       expect(rows.map((r: any) => r.title)).toEqual(['list post 0', 'list post 1', 'list post 2', 'list post 3', 'list post 4'])
       // Bad input: 400 with a JSON body.
@@ -146,7 +168,14 @@ for (const dialect of ['sqlite', 'postgres'] as const) {
       }
       expect((await api('/board', { token: null })).status).toBe(401)
       // SQL-looking text is bound or dropped, never run.
-      const evil = encodeURIComponent(JSON.stringify({ conds: [{ field: "title; DROP TABLE board; --", op: 'eq', val: 1 }, { field: 'title', op: 'eq', val: "' OR 1=1 --" }] }))
+      const evil = encodeURIComponent(
+        JSON.stringify({
+          conds: [
+            { field: 'title; DROP TABLE board; --', op: 'eq', val: 1 },
+            { field: 'title', op: 'eq', val: "' OR 1=1 --" },
+          ],
+        }),
+      )
       expect(await (await api(`/board?q=${evil}&sortBy=${encodeURIComponent('id; DROP TABLE board')}:asc`)).json()).toEqual([])
       expect((await (await api('/board')).json()).length).toBe(total)
     })
@@ -160,7 +189,9 @@ for (const dialect of ['sqlite', 'postgres'] as const) {
         }
         expect((await api(`/api/storage/attach/demo/${key}`, { method: 'POST', body: JSON.stringify(bag) })).status).toBe(200)
       }
-      const res = await api('/api/storage/attach?refDomain=demo&refKeyList=32,31&refCategoryList=default&_usePaging=true&currentPage=2&dataPerPage=2')
+      const res = await api(
+        '/api/storage/attach?refDomain=demo&refKeyList=32,31&refCategoryList=default&_usePaging=true&currentPage=2&dataPerPage=2',
+      )
       expect(res.headers.get('x-app-total-count')).toBe('6')
       const rows = await res.json()
       expect(rows.map((r: any) => [r.refKey, r.displayName, r.url])).toEqual([
@@ -203,7 +234,9 @@ for (const dialect of ['sqlite', 'postgres'] as const) {
       expect(res.headers.get('access-control-allow-origin')).toBe('https://app.example.com')
       expect(res.headers.get('access-control-allow-headers')?.toLowerCase()).toContain('authorization')
       expect(res.headers.get('access-control-allow-methods')).toContain('PUT')
-      const other = await fetch(`${srv.base}/api/storage/config`, { headers: { origin: 'https://evil.example.com', authorization: `Bearer ${alice}` } })
+      const other = await fetch(`${srv.base}/api/storage/config`, {
+        headers: { origin: 'https://evil.example.com', authorization: `Bearer ${alice}` },
+      })
       expect(other.headers.get('access-control-allow-origin')).toBeNull()
     })
 

@@ -31,8 +31,24 @@ interface RemoteStore {
 const REMOTES: Record<string, () => Promise<RemoteStore>> = {
   async s3() {
     const s3 = await startS3rver('attach-ref')
-    const settings = { type: 's3', bucket: s3.bucket, region: 'us-east-1', endpoint: s3.endpoint, 'force-path-style': true, 'access-key': 'S3RVER', 'secret-key': 'S3RVER' }
-    const camel = { type: 's3', bucket: s3.bucket, region: 'us-east-1', endpoint: s3.endpoint, forcePathStyle: true, accessKey: 'S3RVER', secretKey: 'S3RVER' }
+    const settings = {
+      type: 's3',
+      bucket: s3.bucket,
+      region: 'us-east-1',
+      endpoint: s3.endpoint,
+      'force-path-style': true,
+      'access-key': 'S3RVER',
+      'secret-key': 'S3RVER',
+    }
+    const camel = {
+      type: 's3',
+      bucket: s3.bucket,
+      region: 'us-east-1',
+      endpoint: s3.endpoint,
+      forcePathStyle: true,
+      accessKey: 'S3RVER',
+      secretKey: 'S3RVER',
+    }
     return { settings, camel, createStore: s3Store, stop: () => s3.close() }
   },
   async azure() {
@@ -75,7 +91,10 @@ for (const [type, startRemote] of Object.entries(REMOTES)) {
       remote = await startRemote()
       cfgDir = await mkdtemp(join(tmpdir(), 'attach-cfg-'))
       const config = join(cfgDir, 'attach.json')
-      await writeFile(config, JSON.stringify({ attach: { stores: { remote: remote.settings }, 'default-store': 'remote', 'tmp-store': 'remote' } }))
+      await writeFile(
+        config,
+        JSON.stringify({ attach: { stores: { remote: remote.settings }, 'default-store': 'remote', 'tmp-store': 'remote' } }),
+      )
       srv = await start({ ATTACH_CONFIG: config })
       inside = await remote.createStore('inspect', remote.camel)
       token = await sign('1')
@@ -88,7 +107,9 @@ for (const [type, startRemote] of Object.entries(REMOTES)) {
     })
 
     it('uploads, saves, views with a range, resizes and deletes through the store, leaving nothing', async () => {
-      const photo = await sharp({ create: { width: 900, height: 600, channels: 3, background: '#2a6' } }).jpeg().toBuffer()
+      const photo = await sharp({ create: { width: 900, height: 600, channels: 3, background: '#2a6' } })
+        .jpeg()
+        .toBuffer()
       const fd = new FormData()
       fd.set('refDomain', 'demo')
       fd.set('refCategory', 'image')

@@ -98,11 +98,15 @@ async function migrateBoard(db: Kysely<any>, dialect: Dialect): Promise<void> {
     ['board_created_dt_idx', ['created_dt', 'id']],
     ['board_title_idx', ['title', 'id']],
   ] as const) {
-    const create = db.schema.createIndex(name).on('board').columns([...columns])
+    const create = db.schema
+      .createIndex(name)
+      .on('board')
+      .columns([...columns])
     if (dialect !== 'mysql') await create.ifNotExists().execute()
-    else await create.execute().catch((err: { errno?: number }) => {
-      if (err?.errno !== 1061) throw err
-    })
+    else
+      await create.execute().catch((err: { errno?: number }) => {
+        if (err?.errno !== 1061) throw err
+      })
   }
 }
 
@@ -121,8 +125,7 @@ export const BOARD_LIST: ListProvider = {
 }
 
 /** A stored user id as answered: a decimal integer as a number (as attach-storage answers `createdBy`). */
-const userId = (id: string): number | string =>
-  /^(0|[1-9]\d{0,15})$/.test(id) && Number.isSafeInteger(Number(id)) ? Number(id) : id
+const userId = (id: string): number | string => (/^(0|[1-9]\d{0,15})$/.test(id) && Number.isSafeInteger(Number(id)) ? Number(id) : id)
 
 const boardRow = (r: Record<string, unknown>) => ({
   id: Number(r.id),
@@ -169,7 +172,9 @@ export async function createReference(env: ServerEnv = process.env, logger: Logg
   if (env.ATTACH_CONFIG) settings = mergeSettings(settings, await loadConfigFile(env.ATTACH_CONFIG))
   const dbUrl = env.ATTACH_DATABASE_URL
   const dialect: Dialect = !dbUrl ? 'sqlite' : dbUrl.startsWith('mysql') ? 'mysql' : 'postgres'
-  const db = await openDatabase(dialect === 'sqlite' ? { type: 'sqlite', file: join(dataDir, 'attach.db') } : { type: dialect, url: dbUrl! })
+  const db = await openDatabase(
+    dialect === 'sqlite' ? { type: 'sqlite', file: join(dataDir, 'attach.db') } : { type: dialect, url: dbUrl! },
+  )
   const boardAuthorOnly = async (user: AuthUser | null, refKey: string) => {
     if (!user || !/^\d{1,15}$/.test(refKey)) return false
     const row = await db.selectFrom('board').select('created_by').where('id', '=', Number(refKey)).executeTakeFirst()
@@ -205,7 +210,9 @@ export async function createReference(env: ServerEnv = process.env, logger: Logg
 
   const cors: CorsSettings | undefined = env.ATTACH_CORS_ORIGINS
     ? (() => {
-        const origins = env.ATTACH_CORS_ORIGINS.split(',').map((s) => s.trim()).filter(Boolean)
+        const origins = env.ATTACH_CORS_ORIGINS.split(',')
+          .map((s) => s.trim())
+          .filter(Boolean)
         return {
           origins: origins.includes('*') ? '*' : origins,
           allowHeaders: ['Authorization', 'Content-Type', 'Range', 'If-None-Match', 'If-Modified-Since'],
@@ -244,7 +251,8 @@ export async function createReference(env: ServerEnv = process.env, logger: Logg
     }
     if (text !== undefined && typeof text !== 'string') throw badRequest('body must be a string')
     if (attachContainer !== undefined && attachContainer !== null) {
-      if (typeof attachContainer !== 'object' || Array.isArray(attachContainer)) throw badRequest('attachContainer must be an AttachBag object')
+      if (typeof attachContainer !== 'object' || Array.isArray(attachContainer))
+        throw badRequest('attachContainer must be an AttachBag object')
       const d = (attachContainer as { refDomain?: unknown }).refDomain
       if (d !== undefined && d !== 'board') throw badRequest('attachContainer.refDomain must be "board"')
       for (const key of Object.keys(attachContainer)) {
@@ -255,7 +263,11 @@ export async function createReference(env: ServerEnv = process.env, logger: Logg
     const values = { title, body: text ?? '', created_by: String(user.id), created_dt: createdDt }
     const inserted =
       dialect === 'mysql'
-        ? await db.insertInto('board').values(values).executeTakeFirstOrThrow().then((r) => ({ id: Number(r.insertId), ...values }))
+        ? await db
+            .insertInto('board')
+            .values(values)
+            .executeTakeFirstOrThrow()
+            .then((r) => ({ id: Number(r.insertId), ...values }))
         : await db.insertInto('board').values(values).returningAll().executeTakeFirstOrThrow()
     const post = boardRow(inserted)
     try {

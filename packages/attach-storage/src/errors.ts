@@ -143,8 +143,7 @@ export const badRequest = (message: string, code: AttachErrorCode | (string & {}
   new AttachStorageError(code as AttachErrorCode, message, { status: 400 })
 
 /** A 404 `not-found`. @internal */
-export const notFound = (message: string): AttachStorageError =>
-  new AttachStorageError('not-found', message, { status: 404 })
+export const notFound = (message: string): AttachStorageError => new AttachStorageError('not-found', message, { status: 404 })
 
 /** A 403 `forbidden`. @internal */
 export const forbidden = (message = 'Access to this file is not permitted'): AttachStorageError =>
@@ -155,8 +154,7 @@ export const unauthorized = (message = 'Authentication is required'): AttachStor
   new AttachStorageError('unauthorized', message, { status: 401 })
 
 /** A 413 `too-large`. @internal */
-export const tooLarge = (message: string): AttachStorageError =>
-  new AttachStorageError('too-large', message, { status: 413 })
+export const tooLarge = (message: string): AttachStorageError => new AttachStorageError('too-large', message, { status: 413 })
 
 /** A 500 `config-invalid`: the configuration cannot be used. @internal */
 export const configError = (message: string, cause?: unknown): AttachStorageError =>

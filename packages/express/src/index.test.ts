@@ -39,7 +39,11 @@ describe('mountAttachStorage on a listening Express app', () => {
     server = app.listen(0, '127.0.0.1')
     await new Promise((r) => server.once('listening', r))
     base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`
-    const token = await new SignJWT({}).setProtectedHeader({ alg: 'HS256' }).setSubject('5').setExpirationTime('1h').sign(new TextEncoder().encode(SECRET))
+    const token = await new SignJWT({})
+      .setProtectedHeader({ alg: 'HS256' })
+      .setSubject('5')
+      .setExpirationTime('1h')
+      .sign(new TextEncoder().encode(SECRET))
     auth = { authorization: `Bearer ${token}` }
   })
   afterAll(async () => {
@@ -100,8 +104,18 @@ describe('mountAttachStorage on a listening Express app', () => {
   it("answers a host body parser's refusal under the prefixes as JSON {code, message}, not Express's HTML page", async () => {
     const cases: Array<[RequestInit, number, string, string]> = [
       [{ body: '{"x":', headers: { ...auth, 'content-type': 'application/json' } }, 400, 'bad-request', 'The body is not valid JSON'],
-      [{ body: JSON.stringify({ x: 'y'.repeat(8000) }), headers: { ...auth, 'content-type': 'application/json' } }, 413, 'too-large', 'The request body is too large'],
-      [{ body: '{}', headers: { ...auth, 'content-type': 'application/json; charset=koi8-r' } }, 415, 'unsupported-media-type', 'The content type is not supported'],
+      [
+        { body: JSON.stringify({ x: 'y'.repeat(8000) }), headers: { ...auth, 'content-type': 'application/json' } },
+        413,
+        'too-large',
+        'The request body is too large',
+      ],
+      [
+        { body: '{}', headers: { ...auth, 'content-type': 'application/json; charset=koi8-r' } },
+        415,
+        'unsupported-media-type',
+        'The content type is not supported',
+      ],
     ]
     for (const [init, status, code, message] of cases) {
       const res = await call('/files/api/attach/demo/1', { method: 'POST', ...init })

@@ -6,7 +6,15 @@ import Fastify, { type FastifyInstance } from 'fastify'
 import { SignJWT } from 'jose'
 import { createAttachStorage, type AttachStorage } from 'attach-storage'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { acceptRawBodies, attachErrorHandler, attachStorage, fromWebHandler, notFoundHandler, refuseOtherMethods, webRequest } from './index.js'
+import {
+  acceptRawBodies,
+  attachErrorHandler,
+  attachStorage,
+  fromWebHandler,
+  notFoundHandler,
+  refuseOtherMethods,
+  webRequest,
+} from './index.js'
 
 const SECRET = 'fastify-adapter-test-secret-0123'
 
@@ -41,7 +49,11 @@ describe('attachStorage plugin on a listening Fastify app', () => {
       scope.post('/host/web', async (request, reply) => reply.send(new Response(await webRequest(request, reply).text())))
     })
     base = await app.listen({ port: 0, host: '127.0.0.1' })
-    const token = await new SignJWT({}).setProtectedHeader({ alg: 'HS256' }).setSubject('5').setExpirationTime('1h').sign(new TextEncoder().encode(SECRET))
+    const token = await new SignJWT({})
+      .setProtectedHeader({ alg: 'HS256' })
+      .setSubject('5')
+      .setExpirationTime('1h')
+      .sign(new TextEncoder().encode(SECRET))
     auth = { authorization: `Bearer ${token}` }
   })
   afterAll(async () => {
@@ -61,7 +73,9 @@ describe('attachStorage plugin on a listening Fastify app', () => {
     expect(bad.status).toBe(400)
     const custom = await call('/host/custom', { method: 'POST', body: 'hi', headers: { 'content-type': 'application/x-custom' } })
     expect(await custom.json()).toEqual({ body: { custom: 'hi' } })
-    expect(await (await call('/host/web', { method: 'POST', body: 'raw text', headers: { 'content-type': 'text/plain' } })).text()).toBe('raw text')
+    expect(await (await call('/host/web', { method: 'POST', body: 'raw text', headers: { 'content-type': 'text/plain' } })).text()).toBe(
+      'raw text',
+    )
   })
 
   it('mounts both groups under the configured prefixes', async () => {
@@ -113,7 +127,10 @@ describe('attachStorage plugin on a listening Fastify app', () => {
       [{ body: '{"x":', headers: { ...auth, 'content-type': 'application/json' } }, 'The body is not valid JSON'],
       [{ body: '', headers: { ...auth, 'content-type': 'application/json' } }, 'The body is not valid JSON'],
       [{ body: 'x', headers: { ...auth, 'content-type': 'text/plain' } }, 'The body must be application/json'],
-      [{ body: new Uint8Array([1, 2]), headers: { ...auth, 'content-type': 'application/octet-stream' } }, 'The body must be application/json'],
+      [
+        { body: new Uint8Array([1, 2]), headers: { ...auth, 'content-type': 'application/octet-stream' } },
+        'The body must be application/json',
+      ],
     ]
     for (const [init, message] of cases) {
       const r = await call('/files/api/attach/demo/1', { method: 'POST', ...init })
@@ -139,7 +156,12 @@ describe('attachStorage plugin on a listening Fastify app', () => {
     for (const method of ['TRACE', 'QUERY']) {
       for (const path of ['/files/api/config', '/files/raw/attach/view/1']) {
         const res = await raw(path, method, auth)
-        expect([method, path, res.status, JSON.parse(res.body)]).toEqual([method, path, 404, { code: 'not-found', message: 'No such route' }])
+        expect([method, path, res.status, JSON.parse(res.body)]).toEqual([
+          method,
+          path,
+          404,
+          { code: 'not-found', message: 'No such route' },
+        ])
       }
     }
   })
@@ -172,7 +194,10 @@ describe('attachStorage plugin on a listening Fastify app', () => {
     app.setNotFoundHandler(notFoundHandler)
     app.addHook('onRequest', refuseOtherMethods)
     app.post('/json', async (request) => ({ body: request.body }))
-    app.get('/web', fromWebHandler(async () => new Response('twelve bytes', { headers: { 'content-type': 'text/plain', 'content-length': '12' } })))
+    app.get(
+      '/web',
+      fromWebHandler(async () => new Response('twelve bytes', { headers: { 'content-type': 'text/plain', 'content-length': '12' } })),
+    )
     const at = await app.listen({ port: 0, host: '127.0.0.1' })
     try {
       const send = (body: string, type: string) => fetch(`${at}/json`, { method: 'POST', body, headers: { 'content-type': type } })

@@ -29,7 +29,11 @@ describe('mountAttachStorage', () => {
     app = new Hono()
     app.get('/health', (c) => c.text('ok'))
     mountAttachStorage(app, storage)
-    token = await new SignJWT({}).setProtectedHeader({ alg: 'HS256' }).setSubject('5').setExpirationTime('1h').sign(new TextEncoder().encode(SECRET))
+    token = await new SignJWT({})
+      .setProtectedHeader({ alg: 'HS256' })
+      .setSubject('5')
+      .setExpirationTime('1h')
+      .sign(new TextEncoder().encode(SECRET))
   })
   afterAll(async () => {
     await storage.close()

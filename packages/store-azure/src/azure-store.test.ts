@@ -1,11 +1,10 @@
-import { type ChildProcess, spawn } from 'node:child_process'
+
 import { createHash, createHmac, randomBytes } from 'node:crypto'
 import { mkdtemp, rm } from 'node:fs/promises'
 import { createServer, request, type IncomingHttpHeaders } from 'node:http'
-import { createRequire } from 'node:module'
-import { connect, createServer as createNetServer, type Socket } from 'node:net'
+import type { Socket } from 'node:net'
 import { tmpdir } from 'node:os'
-import { dirname, join } from 'node:path'
+import { join } from 'node:path'
 import { Readable } from 'node:stream'
 import { inspect } from 'node:util'
 import {
@@ -13,12 +12,12 @@ import {
   AccountSASResourceTypes,
   AccountSASServices,
   BlobServiceClient,
-  ContainerClient,
+  type ContainerClient,
   generateAccountSASQueryParameters,
   StorageSharedKeyCredential,
 } from '@azure/storage-blob'
 import { AttachStorageError, createAttachHandler, createAttachStorage, openDatabase, type Store } from 'attach-storage'
-import { startAzurite, freePort, canConnect, type Azurite } from './test-azurite.js'
+import { startAzurite, type Azurite } from './test-azurite.js'
 import { describeStoreConformance, generatedStream } from 'attach-storage/testing'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { AzureBlobStore, createStore } from './index.js'
@@ -33,7 +32,6 @@ const connectionString = (port: number, key = ACCOUNT_KEY): string =>
 
 // ---------------------------------------------------------------------------------------------------
 // Azurite, started once for the file
-
 
 // ---------------------------------------------------------------------------------------------------
 // A small HTTP proxy in front of Azurite: records requests, can refuse server-side copies, can stop
@@ -60,13 +58,10 @@ async function startProxy(target: number, options: { refuseCopy?: 403 | 404 } = 
       )
       return
     }
-    const upstream = request(
-      { host: '127.0.0.1', port: target, method: req.method, path: req.url, headers: req.headers },
-      (answer) => {
-        res.writeHead(answer.statusCode ?? 502, answer.rawHeaders)
-        answer.pipe(res)
-      },
-    )
+    const upstream = request({ host: '127.0.0.1', port: target, method: req.method, path: req.url, headers: req.headers }, (answer) => {
+      res.writeHead(answer.statusCode ?? 502, answer.rawHeaders)
+      answer.pipe(res)
+    })
     upstream.on('error', () => res.destroy())
     req.pipe(upstream)
   })
@@ -89,7 +84,6 @@ async function startProxy(target: number, options: { refuseCopy?: 403 | 404 } = 
 
 // ---------------------------------------------------------------------------------------------------
 // Helpers
-
 
 async function readAll(stream: NodeJS.ReadableStream): Promise<Buffer> {
   const chunks: Buffer[] = []
@@ -271,7 +265,7 @@ describe('AzureBlobStore on Azurite', () => {
     expectErrorCode(await rejection(() => small.get('aborted/a.bin')), 'not-found', 404)
   })
 
-  it('a blob deleted behind the store\'s back is not-found everywhere', async () => {
+  it("a blob deleted behind the store's back is not-found everywhere", async () => {
     await store.put('gone/a.txt', Buffer.from('soon gone'))
     await container.getBlobClient('p/gone/a.txt').delete()
     expect(await store.exists('gone/a.txt')).toBe(false)
@@ -379,9 +373,12 @@ describe('AzureBlobStore on Azurite', () => {
       maxRetryDelay: '500ms',
     })
     let stopping: Promise<void> | undefined
-    const source = generatedStream(256 * MiB, { chunkSize: MiB, onProduced: (bytes) => {
-      if (bytes >= 6 * MiB && stopping === undefined) stopping = proxy.stop()
-    } })
+    const source = generatedStream(256 * MiB, {
+      chunkSize: MiB,
+      onProduced: (bytes) => {
+        if (bytes >= 6 * MiB && stopping === undefined) stopping = proxy.stop()
+      },
+    })
     const started = Date.now()
     const err = await rejection(() => doomed.put('doomed/a.bin', source.stream))
     const elapsed = Date.now() - started
@@ -439,9 +436,7 @@ describe('AzureBlobStore settings', () => {
     expect(configError(() => createStore('s', {})).message).toBe(
       'attach.stores.s (type azure) is missing required settings: connection-string, container',
     )
-    expect(configError(() => createStore('s', { connectionString: cs })).message).toContain(
-      'missing required settings: container',
-    )
+    expect(configError(() => createStore('s', { connectionString: cs })).message).toContain('missing required settings: container')
     expect(configError(() => createStore('s', { container: 'files', connectionString: '' })).message).toContain(
       'missing required settings: connection-string',
     )
@@ -561,9 +556,7 @@ describe('the whole service on Azure', () => {
     const form = new FormData()
     form.append('refDomain', 'demo')
     form.append('file', new Blob([content], { type: 'text/plain' }), 'hello.txt')
-    const tmp = await handler.fetch(
-      new Request('http://x/api/storage/attach/tmp', { method: 'POST', body: form, headers: auth }),
-    )
+    const tmp = await handler.fetch(new Request('http://x/api/storage/attach/tmp', { method: 'POST', body: form, headers: auth }))
     expect(tmp.status).toBe(200)
     const item = ((await tmp.json()) as { files: Array<Record<string, any>> }).files[0]!
     expect(item).toMatchObject({ displayName: 'hello.txt', size: content.length })

@@ -208,9 +208,7 @@ export class AzureBlobStore implements Store {
     const client = await this.#ready('list', prefix)
     const full = this.prefix + normalized
     // Metadata tells the directory entries of accounts with a hierarchical namespace (`hdi_isfolder`).
-    const pages = client
-      .listBlobsFlat({ includeMetadata: true, ...(full === '' ? {} : { prefix: full }) })
-      .byPage({ maxPageSize: 1000 })
+    const pages = client.listBlobsFlat({ includeMetadata: true, ...(full === '' ? {} : { prefix: full }) }).byPage({ maxPageSize: 1000 })
     for (;;) {
       let page: IteratorResult<ContainerListBlobFlatSegmentResponse>
       try {
@@ -284,9 +282,7 @@ export class AzureBlobStore implements Store {
         ...(o.tryTimeout === undefined ? {} : { tryTimeoutInMs: o.tryTimeout }),
       }
       try {
-        this.#client = BlobServiceClient.fromConnectionString(this.#connectionString!, { retryOptions }).getContainerClient(
-          this.container,
-        )
+        this.#client = BlobServiceClient.fromConnectionString(this.#connectionString!, { retryOptions }).getContainerClient(this.container)
       } catch (err) {
         throw settingsError(this.name, 'connectionString', `is not usable: ${this.#redact(String((err as Error)?.message))}`)
       }
@@ -478,15 +474,13 @@ export class AzureBlobStore implements Store {
       .replace(/(AccountKey=)[^;\s"']+/gi, '$1[redacted]')
       .replace(/(SharedAccessSignature=)[^;\s"']+/gi, '$1[redacted]')
   }
-
 }
 
 /**
  * Creates an {@link AzureBlobStore} from the camelCase settings of `attach.stores.<name>`; what the
  * core calls for a store of type `azure`.
  */
-export const createStore: StoreFactory = (name, settings) =>
-  new AzureBlobStore(name, settings as AzureBlobStoreOptions)
+export const createStore: StoreFactory = (name, settings) => new AzureBlobStore(name, settings as AzureBlobStoreOptions)
 
 // ----------------------------------------------------------------------------------------------------
 

@@ -85,8 +85,7 @@ export interface AzureBlobStoreOptions {
 
 /** Azure container names: 3-63 of `a-z0-9-`, starting and ending with a letter or digit, no `--`. */
 const isContainerName = (name: unknown): name is string =>
-  typeof name === 'string' &&
-  (name === '$root' || (/^[a-z0-9](?:[a-z0-9-]{1,61}[a-z0-9])$/.test(name) && !name.includes('--')))
+  typeof name === 'string' && (name === '$root' || (/^[a-z0-9](?:[a-z0-9-]{1,61}[a-z0-9])$/.test(name) && !name.includes('--')))
 
 const isContainerClient = (value: unknown): value is ContainerClient => {
   const c = value as Partial<ContainerClient> | null

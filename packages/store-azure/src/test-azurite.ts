@@ -49,11 +49,24 @@ export async function startAzurite(): Promise<Azurite> {
   const location = await mkdtemp(join(tmpdir(), 'azurite-'))
   const port = await freePort()
   // prettier-ignore
-  const child: ChildProcess = spawn(process.execPath, [
-    main, '--blobHost', '127.0.0.1', '--blobPort', String(port),
-    '--inMemoryPersistence', '--extentMemoryLimit', '1024',
-    '--skipApiVersionCheck', '--disableTelemetry', '--loose', '--silent',
-  ], { cwd: location, stdio: ['ignore', 'ignore', 'pipe'] }) // in memory; the empty cwd catches any stray file
+  const child: ChildProcess = spawn(
+    process.execPath,
+    [
+      main,
+      '--blobHost',
+      '127.0.0.1',
+      '--blobPort',
+      String(port),
+      '--inMemoryPersistence',
+      '--extentMemoryLimit',
+      '1024',
+      '--skipApiVersionCheck',
+      '--disableTelemetry',
+      '--loose',
+      '--silent',
+    ],
+    { cwd: location, stdio: ['ignore', 'ignore', 'pipe'] },
+  ) // in memory; the empty cwd catches any stray file
   let stderr = ''
   child.stderr?.on('data', (d: Buffer) => {
     stderr += d.toString()
@@ -85,4 +98,3 @@ export async function startAzurite(): Promise<Azurite> {
     },
   }
 }
-

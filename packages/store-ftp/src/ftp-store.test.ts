@@ -460,9 +460,7 @@ describe('attach-storage on an FTP store', () => {
       const form = new FormData()
       form.append('refDomain', 'demo')
       form.append('file', new Blob([content], { type: 'text/plain' }), 'notes.txt')
-      let res = await handler.fetch(
-        new Request('http://x/api/storage/attach/tmp', { method: 'POST', body: form, headers: auth }),
-      )
+      let res = await handler.fetch(new Request('http://x/api/storage/attach/tmp', { method: 'POST', body: form, headers: auth }))
       expect(res.status).toBe(200)
       const item = ((await res.json()) as { files: Array<{ name: string; size: number }> }).files[0]!
       expect(item.size).toBe(content.length)
@@ -486,9 +484,7 @@ describe('attach-storage on an FTP store', () => {
       expect(res.status).toBe(200)
       expect(await res.text()).toBe(content)
 
-      res = await handler.fetch(
-        new Request(`http://x/assets/storage/attach/view/${record.id}`, { headers: { range: 'bytes=15-41' } }),
-      )
+      res = await handler.fetch(new Request(`http://x/assets/storage/attach/view/${record.id}`, { headers: { range: 'bytes=15-41' } }))
       expect(res.status).toBe(206)
       expect(res.headers.get('content-range')).toBe(`bytes 15-41/${content.length}`)
       expect(await res.text()).toBe(content.slice(15, 42))

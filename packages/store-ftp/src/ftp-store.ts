@@ -72,7 +72,7 @@ export class FtpStore implements Store {
     this.name = name
     this.#settings = parseFtpSettings(name, options)
     const root = this.#settings.root
-    if (root !== undefined && root.startsWith('/')) this.#root = root
+    if (root?.startsWith('/')) this.#root = root
     else if (root === '') this.#root = ''
     this.#pool = new ClientPool({
       max: this.#settings.poolSize,
@@ -284,11 +284,7 @@ export class FtpStore implements Store {
   }
 
   /** Runs `fn` with two clients borrowed at once (see {@link #lease}); `hold` is for the first. */
-  #runPair<T>(
-    operation: string,
-    keys: string[],
-    fn: (first: Client, second: Client, hold: Hold) => Promise<T>,
-  ): Promise<T> {
+  #runPair<T>(operation: string, keys: string[], fn: (first: Client, second: Client, hold: Hold) => Promise<T>): Promise<T> {
     return this.#lease(operation, keys, 2, (clients, hold) => fn(clients[0] as Client, clients[1] as Client, hold))
   }
 
@@ -297,12 +293,7 @@ export class FtpStore implements Store {
    * AttachStorageError once, as `store-failure`. `hold(done)` keeps the first client borrowed until
    * `done` settles (a stream handed out); `done` tells whether the client can be reused.
    */
-  async #lease<T>(
-    operation: string,
-    keys: string[],
-    n: number,
-    fn: (clients: Client[], hold: Hold) => Promise<T>,
-  ): Promise<T> {
+  async #lease<T>(operation: string, keys: string[], n: number, fn: (clients: Client[], hold: Hold) => Promise<T>): Promise<T> {
     let clients: Client[]
     try {
       clients = await this.#pool.acquire(n)
@@ -354,12 +345,7 @@ export class FtpStore implements Store {
   }
 
   /** Uploads to a partial file beside the target, then renames it into place. */
-  async #upload(
-    client: Client,
-    rel: string,
-    body: Readable | Uint8Array,
-    signal: AbortSignal | undefined,
-  ): Promise<{ size: number }> {
+  async #upload(client: Client, rel: string, body: Readable | Uint8Array, signal: AbortSignal | undefined): Promise<{ size: number }> {
     const target = this.#abs(rel)
     const dir = posix.dirname(target)
     const partial = `${dir}/.${posix.basename(target).slice(0, 200)}.${randomBytes(8).toString('hex')}.partial`
@@ -552,4 +538,3 @@ function reasonOf(err: unknown): string {
   text = text.replace(/[\u0000-\u001f\u007f]+/g, ' ').trim()
   return text.length > MAX_REASON ? `${text.slice(0, MAX_REASON)}…` : text || 'unknown error'
 }
-

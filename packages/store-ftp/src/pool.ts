@@ -1,4 +1,4 @@
-import { Client } from 'basic-ftp'
+import type { Client } from 'basic-ftp'
 
 interface Idle {
   client: Client

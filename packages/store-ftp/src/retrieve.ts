@@ -182,9 +182,7 @@ export function retrieve(client: Client, options: RetrieveOptions): Retrieval {
         let piece = chunk
         if (options.mode !== 'all' && received + piece.length > length) {
           if (options.mode === 'exact') {
-            pendingError = new Error(
-              `the object changed while it was read: more than the ${length} bytes its size announced`,
-            )
+            pendingError = new Error(`the object changed while it was read: more than the ${length} bytes its size announced`)
             failOut(pendingError)
             abort()
             return
@@ -205,8 +203,7 @@ export function retrieve(client: Client, options: RetrieveOptions): Retrieval {
         stopWatchdog()
         if (options.mode !== 'all' && received < length) {
           pendingError = new Error(
-            `the server sent ${received} of ${length} bytes: ` +
-              'the object changed while it was read, or the transfer broke',
+            `the server sent ${received} of ${length} bytes: the object changed while it was read, or the transfer broke`,
           )
         }
         client.ftp.socket.setTimeout(options.timeout)

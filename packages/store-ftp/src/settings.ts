@@ -117,8 +117,7 @@ export const ftpSettings = defineStoreSettings({
       'must be an object (tls.connect options)',
     ),
     root: setting.check(
-      (x): x is string =>
-        typeof x === 'string' && !/[\u0000-\u001f\u007f]/.test(x) && !x.split('/').some((segment) => segment === '..'),
+      (x): x is string => typeof x === 'string' && !/[\u0000-\u001f\u007f]/.test(x) && !x.split('/').some((segment) => segment === '..'),
       'must be a directory path without control characters and without ".." segments',
     ),
     poolSize: setting.integer(2, 64, 4),

@@ -31,8 +31,7 @@ afterAll(async () => {
 })
 
 /** Store options on the shared s3rver, with overrides. */
-const on = (overrides: Record<string, unknown> = {}): S3StoreOptions =>
-  ({ ...s3.settings, ...overrides }) as unknown as S3StoreOptions
+const on = (overrides: Record<string, unknown> = {}): S3StoreOptions => ({ ...s3.settings, ...overrides }) as unknown as S3StoreOptions
 
 describeStoreConformance('S3Store', async () => ({ store: new S3Store('s3', on()) }), { largeSize: 32 * MiB })
 
@@ -83,13 +82,7 @@ describe('S3Store on s3rver', () => {
     const key = `${run}/multipart/big.bin`
     const source = generatedStream(21 * MiB + 3, { chunkSize: MiB, defer: true })
     expect(await store.put(key, source.stream)).toEqual({ size: 21 * MiB + 3 })
-    expect(log.started()).toEqual([
-      'CreateMultipartUpload',
-      'UploadPart',
-      'UploadPart',
-      'UploadPart',
-      'CompleteMultipartUpload',
-    ])
+    expect(log.started()).toEqual(['CreateMultipartUpload', 'UploadPart', 'UploadPart', 'UploadPart', 'CompleteMultipartUpload'])
     const back = await digest(await store.get(key))
     expect(back).toEqual({ size: 21 * MiB + 3, sha256: source.sha256() })
   })
@@ -598,9 +591,7 @@ describe('attach-storage on S3 (createStore loaded by the core)', () => {
     expect((await collect(store.list('_tmp/'))).filter((e) => e.key.startsWith(`_tmp/${tmp.name}`) && !e.key.endsWith('.json'))).toEqual([])
 
     const log = record(store.client)
-    const ranged = await handler.fetch(
-      new Request(`${ASSETS}/attach/view/demo/42/default/0`, { headers: { range: 'bytes=1000-1999' } }),
-    )
+    const ranged = await handler.fetch(new Request(`${ASSETS}/attach/view/demo/42/default/0`, { headers: { range: 'bytes=1000-1999' } }))
     expect(ranged.status).toBe(206)
     expect(ranged.headers.get('content-range')).toBe('bytes 1000-1999/300000')
     expect(Buffer.compare(Buffer.from(await ranged.arrayBuffer()), bytes.subarray(1000, 2000))).toBe(0)
@@ -627,7 +618,7 @@ describe('attach-storage on S3 (createStore loaded by the core)', () => {
     expect(await filesUnder(join(dir, 'tmp'))).toEqual([])
   })
 
-  it("takes the spec's attach.s3.* settings as the implicit store \"s3\"", async () => {
+  it('takes the spec\'s attach.s3.* settings as the implicit store "s3"', async () => {
     const implicitDb = await openDatabase({ type: 'sqlite', file: join(dir, 'implicit.db') })
     const implicit = await createAttachStorage({
       config: {
@@ -664,9 +655,7 @@ describe('attach-storage on S3 (createStore loaded by the core)', () => {
     const tmp = await upload(randomBytes(5000), 'x.bin')
     const saved = await save('43', tmp)
     const raw = rawClient(s3)
-    await raw.send(
-      new DeleteObjectCommand({ Bucket: s3.bucket, Key: `service/${String(saved.savedDir).slice(1)}${saved.savedName}` }),
-    )
+    await raw.send(new DeleteObjectCommand({ Bucket: s3.bucket, Key: `service/${String(saved.savedDir).slice(1)}${saved.savedName}` }))
     raw.destroy()
     for (const headers of [{}, { range: 'bytes=0-9' }] as Array<Record<string, string>>) {
       const res = await handler.fetch(new Request(`${ASSETS}/attach/view/demo/43/default/0`, { headers }))
@@ -716,7 +705,6 @@ function chunked(bytes: Buffer, size: number): Readable {
     },
   })
 }
-
 
 /** Pushes `size` bytes in 1 MiB chunks, then never ends. */
 function stallingAfter(size: number): Readable {

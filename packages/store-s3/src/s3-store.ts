@@ -163,8 +163,7 @@ export class S3Store implements Store {
     const objectKey = this.#objectKey(key)
     const { signal, contentType } = options
     signal?.throwIfAborted()
-    const sizeHint =
-      typeof options.size === 'number' && Number.isSafeInteger(options.size) && options.size >= 0 ? options.size : undefined
+    const sizeHint = typeof options.size === 'number' && Number.isSafeInteger(options.size) && options.size >= 0 ? options.size : undefined
     if (body instanceof Uint8Array) {
       const bytes = Buffer.from(body.buffer, body.byteOffset, body.byteLength)
       if (bytes.byteLength <= SINGLE_PUT_MAX) {
@@ -183,21 +182,16 @@ export class S3Store implements Store {
   async get(key: string, range?: ByteRange): Promise<Readable> {
     const objectKey = this.#objectKey(key)
     if (range === undefined) {
-      const out = await this.#call('GetObject', key, () =>
-        this.client.send(new GetObjectCommand({ Bucket: this.bucket, Key: objectKey })),
-      )
+      const out = await this.#call('GetObject', key, () => this.client.send(new GetObjectCommand({ Bucket: this.bucket, Key: objectKey })))
       return bodyOf(out.Body)
     }
     const { start, end } = range
-    const valid =
-      Number.isSafeInteger(start) && start >= 0 && (end === undefined || (Number.isSafeInteger(end) && end >= start))
+    const valid = Number.isSafeInteger(start) && start >= 0 && (end === undefined || (Number.isSafeInteger(end) && end >= start))
     if (!valid) throw rangeNotSatisfiable(key, range, (await this.#head('GetObject', key, objectKey)).size)
 
     let out
     try {
-      out = await this.client.send(
-        new GetObjectCommand({ Bucket: this.bucket, Key: objectKey, Range: `bytes=${start}-${end ?? ''}` }),
-      )
+      out = await this.client.send(new GetObjectCommand({ Bucket: this.bucket, Key: objectKey, Range: `bytes=${start}-${end ?? ''}` }))
     } catch (err) {
       if (isInvalidRange(err)) {
         const size = sizeFromRangeError(err) ?? (await this.#head('GetObject', key, objectKey)).size
@@ -250,9 +244,7 @@ export class S3Store implements Store {
     const target = this.#objectKey(to)
     const moved = await this.#copyObject(from, source, to, target)
     if (!moved) return
-    await this.#call('DeleteObject', from, () =>
-      this.client.send(new DeleteObjectCommand({ Bucket: this.bucket, Key: source })),
-    )
+    await this.#call('DeleteObject', from, () => this.client.send(new DeleteObjectCommand({ Bucket: this.bucket, Key: source })))
   }
 
   async copy(from: string, to: string): Promise<void> {
@@ -470,9 +462,7 @@ export class S3Store implements Store {
     const copySource = `${encodeURIComponent(this.bucket)}/${source.split('/').map(encodeURIComponent).join('/')}`
     if (head.size <= this.#settings.multipartCopyThreshold) {
       await this.#call('CopyObject', from, () =>
-        this.client.send(
-          new CopyObjectCommand({ Bucket: this.bucket, Key: target, CopySource: copySource, MetadataDirective: 'COPY' }),
-        ),
+        this.client.send(new CopyObjectCommand({ Bucket: this.bucket, Key: target, CopySource: copySource, MetadataDirective: 'COPY' })),
       )
       return true
     }
@@ -544,9 +534,7 @@ export class S3Store implements Store {
         ),
       )
     } catch (err) {
-      await this.client
-        .send(new AbortMultipartUploadCommand({ Bucket: this.bucket, Key: target, UploadId: uploadId }))
-        .catch(() => {})
+      await this.client.send(new AbortMultipartUploadCommand({ Bucket: this.bucket, Key: target, UploadId: uploadId })).catch(() => {})
       throw err
     }
   }
@@ -567,7 +555,6 @@ export const createStore: StoreFactory = async (name, settings) => {
 }
 
 // ----------------------------------------------------------------------------------------------------
-
 
 /** The GetObject body as a Node Readable (it is one in Node: the HTTP response itself). */
 function bodyOf(body: unknown): Readable {

@@ -77,8 +77,7 @@ const checksumOf = (x: unknown): ChecksumMode | undefined => {
   const upper = typeof x === 'string' ? x.trim().toUpperCase().replace(/-/g, '_') : undefined
   return upper === 'WHEN_REQUIRED' || upper === 'WHEN_SUPPORTED' ? upper : undefined
 }
-const checksum = () =>
-  setting.check((x): x is string => checksumOf(x) !== undefined, 'must be WHEN_REQUIRED or WHEN_SUPPORTED')
+const checksum = () => setting.check((x): x is string => checksumOf(x) !== undefined, 'must be WHEN_REQUIRED or WHEN_SUPPORTED')
 
 /** The settings of a store of type `s3`. */
 export const s3Settings = defineStoreSettings({
@@ -114,11 +113,7 @@ export const s3Settings = defineStoreSettings({
  * Validates the settings of store `name` and applies the defaults. Throws `config-invalid` naming the
  * setting (in the kebab-case of configuration files). Messages never repeat a credential's value.
  */
-export function resolveS3Settings(
-  name: string,
-  settings: Record<string, unknown>,
-  options: { regionOptional?: boolean } = {},
-) {
+export function resolveS3Settings(name: string, settings: Record<string, unknown>, options: { regionOptional?: boolean } = {}) {
   const s = s3Settings.parse(name, settings, options.regionOptional ? { required: ['bucket'] } : {})
   const { accessKey, secretKey, sessionToken, endpoint } = s
   if ((accessKey === undefined) !== (secretKey === undefined)) {

@@ -68,9 +68,7 @@ export async function startS3rver(bucket = 'attach-test'): Promise<TestS3Server>
     const dir = uploadsDir(b)
     if (!existsSync(dir)) return []
     const ids = await readdir(dir)
-    return Promise.all(
-      ids.map(async (uploadId) => ({ uploadId, key: (await readFile(join(dir, uploadId, 'key'))).toString() })),
-    )
+    return Promise.all(ids.map(async (uploadId) => ({ uploadId, key: (await readFile(join(dir, uploadId, 'key'))).toString() })))
   }
   server.middleware.splice(server.middleware.length - 1, 0, async (ctx, next) => {
     const auth = ctx.headers.authorization
@@ -79,7 +77,10 @@ export async function startS3rver(bucket = 'attach-test'): Promise<TestS3Server>
   })
 
   async function patched(ctx: S3rverContext, next: () => Promise<void>): Promise<void> {
-    const [b = '', ...rest] = ctx.path.slice(1).split('/').map((s) => decodeURIComponent(s))
+    const [b = '', ...rest] = ctx.path
+      .slice(1)
+      .split('/')
+      .map((s) => decodeURIComponent(s))
     const key = rest.join('/')
     const q = ctx.query
     const copySource = ctx.headers['x-amz-copy-source']
@@ -110,11 +111,7 @@ export async function startS3rver(bucket = 'attach-test'): Promise<TestS3Server>
       const slash = source.indexOf('/')
       const [srcBucket, srcKey] = [source.slice(0, slash), source.slice(slash + 1)]
       const range = /^bytes=(\d+)-(\d+)$/.exec(String(ctx.headers['x-amz-copy-source-range'] ?? ''))
-      const object = await server.store.getObject(
-        srcBucket,
-        srcKey,
-        range ? { start: Number(range[1]), end: Number(range[2]) } : undefined,
-      )
+      const object = await server.store.getObject(srcBucket, srcKey, range ? { start: Number(range[1]), end: Number(range[2]) } : undefined)
       if (!(object?.content instanceof Readable)) throw new S3Error('NoSuchKey', 'The specified key does not exist.', { Key: srcKey })
       if (!existsSync(join(uploadsDir(b), q.uploadId))) {
         object.content.destroy()

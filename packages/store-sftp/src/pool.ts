@@ -12,8 +12,7 @@ export class ConnectionLostError extends Error {
 const remoteErrors = new WeakSet<object>()
 
 /** True for an error raised by an SFTP request or by the connection. */
-export const isRemoteError = (err: unknown): boolean =>
-  typeof err === 'object' && err !== null && remoteErrors.has(err)
+export const isRemoteError = (err: unknown): boolean => typeof err === 'object' && err !== null && remoteErrors.has(err)
 
 function asRemote(err: unknown): Error {
   const e = err instanceof Error ? err : new Error(String(err))

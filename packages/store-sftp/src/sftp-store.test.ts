@@ -126,9 +126,7 @@ describe('SftpStore on OpenSSH', () => {
     const written = pattern(4099, 3)
     await writeFile(join(sshd.home, 'exact/a/b/server-side.bin'), written)
     expect((await readAll(await store.get('a/b/server-side.bin'))).equals(written)).toBe(true)
-    expect((await readAll(await store.get('a/b/server-side.bin', { start: 4000 }))).equals(written.subarray(4000))).toBe(
-      true,
-    )
+    expect((await readAll(await store.get('a/b/server-side.bin', { start: 4000 }))).equals(written.subarray(4000))).toBe(true)
     // No temporary file is left beside them.
     expect(await filesUnder(join(sshd.home, 'exact'))).toEqual(['a/b/c.bin', 'a/b/server-side.bin'])
   })
@@ -294,7 +292,7 @@ describe('SftpStore on OpenSSH', () => {
     const base = { host: '127.0.0.1', password: 'x' }
     const cases: Array<[Record<string, unknown>, RegExp]> = [
       [{}, /missing required settings: host/],
-      [{ host: '' , password: 'x'}, /missing required settings: host/],
+      [{ host: '', password: 'x' }, /missing required settings: host/],
       [{ host: '127.0.0.1' }, /needs a password or a private-key/],
       [{ ...base, port: 'abc' }, /port must be an integer from 1 to 65535/],
       [{ ...base, port: 70000 }, /port must be an integer/],
@@ -376,9 +374,7 @@ describe('SftpStore on OpenSSH', () => {
       const form = new FormData()
       form.append('refDomain', 'demo')
       form.append('file', new Blob([content], { type: 'text/plain' }), 'hello.txt')
-      let res = await handler.fetch(
-        new Request('http://x/api/storage/attach/tmp', { method: 'POST', body: form, headers: auth }),
-      )
+      let res = await handler.fetch(new Request('http://x/api/storage/attach/tmp', { method: 'POST', body: form, headers: auth }))
       expect(res.status).toBe(200)
       const tmp = ((await res.json()) as { files: Array<{ name: string }> }).files[0]!
 
@@ -390,14 +386,11 @@ describe('SftpStore on OpenSSH', () => {
         }),
       )
       expect(res.status).toBe(200)
-      const saved = ((await res.json()) as { attachList: Array<{ id: number; savedDir: string; savedName: string }> })
-        .attachList[0]!
+      const saved = ((await res.json()) as { attachList: Array<{ id: number; savedDir: string; savedName: string }> }).attachList[0]!
       const remotePath = join(sshd.home, 'service', saved.savedDir, saved.savedName)
       expect(await readFile(remotePath, 'utf8')).toBe(content)
 
-      res = await handler.fetch(
-        new Request(`http://x/assets/storage/attach/view/${saved.id}`, { headers: { range: 'bytes=6-9' } }),
-      )
+      res = await handler.fetch(new Request(`http://x/assets/storage/attach/view/${saved.id}`, { headers: { range: 'bytes=6-9' } }))
       expect(res.status).toBe(206)
       expect(res.headers.get('content-range')).toBe(`bytes 6-9/${content.length}`)
       expect(await res.text()).toBe(content.slice(6, 10))

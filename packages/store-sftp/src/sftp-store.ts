@@ -31,7 +31,6 @@ import {
   type SftpStatusError,
 } from './sftp-client.js'
 
-
 /** Bytes per SFTP WRITE / READ request. */
 const CHUNK = 64 * 1024
 /** WRITE requests kept in flight per upload, READ requests read ahead per download. */
@@ -46,8 +45,7 @@ const KEEPALIVE_COUNT_MAX = 3
 
 const statusOf = (err: unknown): number | string | undefined => (err as SftpStatusError | null)?.code
 const isNoSuchFile = (err: unknown): boolean => statusOf(err) === SFTP_STATUS.NO_SUCH_FILE
-const isUnsupported = (err: unknown): boolean =>
-  err instanceof Error && /does not support this extended request/.test(err.message)
+const isUnsupported = (err: unknown): boolean => err instanceof Error && /does not support this extended request/.test(err.message)
 
 /**
  * A {@link Store} on an SFTP server, under one base directory (`root`).
@@ -523,10 +521,7 @@ const isInside = (path: string, root: string): boolean =>
 
 /** `.<name>.<random>.partial` next to `path`; the name is cut so the result fits in 255 bytes. */
 function tempPathFor(path: string): string {
-  return posix.join(
-    posix.dirname(path),
-    `.${posix.basename(path).slice(0, 200)}.${randomBytes(8).toString('hex')}.partial`,
-  )
+  return posix.join(posix.dirname(path), `.${posix.basename(path).slice(0, 200)}.${randomBytes(8).toString('hex')}.partial`)
 }
 
 /** The error's message, with the SFTP status code when it has one. */
@@ -609,7 +604,6 @@ async function streamCopy(conn: Connection, source: Buffer, target: Buffer): Pro
   await pipeline(reader, writer.sink())
 }
 
-
 /**
  * Writes to an open handle with several WRITE requests in flight (SFTP answers them in order, and a
  * round trip per 64 KiB would make uploads crawl on a distant server).
@@ -638,16 +632,18 @@ class HandleWriter {
       const position = this.#position
       this.#position += slice.length
       this.#inFlight++
-      this.#conn.request((cb) => this.#conn.sftp.write(this.#handle, slice, 0, slice.length, position, cb)).then(
-        () => {
-          this.bytesWritten += slice.length
-          this.#settled()
-        },
-        (err: Error) => {
-          this.#error ??= err
-          this.#settled()
-        },
-      )
+      this.#conn
+        .request((cb) => this.#conn.sftp.write(this.#handle, slice, 0, slice.length, position, cb))
+        .then(
+          () => {
+            this.bytesWritten += slice.length
+            this.#settled()
+          },
+          (err: Error) => {
+            this.#error ??= err
+            this.#settled()
+          },
+        )
     }
   }
 
@@ -797,9 +793,7 @@ class SftpReadStream extends Readable {
 
   async #readAt(position: number, length: number): Promise<Buffer> {
     const buffer = Buffer.allocUnsafe(length)
-    const bytesRead = await this.#conn.request<number>((cb) =>
-      this.#conn.sftp.read(this.#handle, buffer, 0, length, position, cb),
-    )
+    const bytesRead = await this.#conn.request<number>((cb) => this.#conn.sftp.read(this.#handle, buffer, 0, length, position, cb))
     return bytesRead === length ? buffer : buffer.subarray(0, bytesRead)
   }
 }

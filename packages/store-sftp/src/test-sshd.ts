@@ -41,7 +41,7 @@ export interface TestSshd {
 }
 
 function hint(): string {
-  return 'install Debian\'s OpenSSH (apt-get install openssh-server openssh-client; .ci/run does it)'
+  return "install Debian's OpenSSH (apt-get install openssh-server openssh-client; .ci/run does it)"
 }
 
 export async function startTestSshd(): Promise<TestSshd> {
@@ -84,11 +84,9 @@ export async function startTestSshd(): Promise<TestSshd> {
       stdio: 'pipe',
     })
 
-    execFileSync(
-      'useradd',
-      ['--system', '--no-create-home', '--home-dir', home, '--shell', '/usr/sbin/nologin', username],
-      { stdio: 'pipe' },
-    )
+    execFileSync('useradd', ['--system', '--no-create-home', '--home-dir', home, '--shell', '/usr/sbin/nologin', username], {
+      stdio: 'pipe',
+    })
     userCreated = true
     execFileSync('chpasswd', [], { input: `${username}:${password}\n`, stdio: ['pipe', 'pipe', 'pipe'] })
     mkdirSync(home)

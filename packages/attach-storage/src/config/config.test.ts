@@ -88,9 +88,9 @@ describe('start-up failures', () => {
     ).rejects.toThrow(/attach\.default-store names store "nas", which is not declared; declared stores: a, b/)
   })
   it("a domain's store that is not declared lists the declared stores", async () => {
-    await expect(
-      createAttachStorage({ config: { ...base(), domains: { demo: { store: 'nas' } } } }),
-    ).rejects.toThrow(/attach\.domains\.demo\.store names store "nas", which is not declared; declared stores: local/)
+    await expect(createAttachStorage({ config: { ...base(), domains: { demo: { store: 'nas' } } } })).rejects.toThrow(
+      /attach\.domains\.demo\.store names store "nas", which is not declared; declared stores: local/,
+    )
   })
   it('a store without a type', async () => {
     await expect(createAttachStorage({ config: { ...base(), stores: { x: { 'base-dir': '/x' } } } })).rejects.toThrow(
@@ -160,9 +160,9 @@ describe('start-up failures', () => {
     const storage = new AttachStorage({ config: base() })
     expect(() => storage.registry.registerDomain('x', { store: 'local' })).toThrow(/before the attach storage service has initialised/)
     expect(() => storage.registry.registerCategory('x', 'y')).toThrow(/before the attach storage service has initialised/)
-    expect(() =>
-      storage.registry.registerFilter({ name: 'virus', check: () => null }),
-    ).toThrow(/before the attach storage service has initialised/)
+    expect(() => storage.registry.registerFilter({ name: 'virus', check: () => null })).toThrow(
+      /before the attach storage service has initialised/,
+    )
     await storage.init()
     expect(storage.registry.registerDomain('x', { store: 'local' }).categories.has('default')).toBe(true)
     await storage.close()
@@ -171,9 +171,9 @@ describe('start-up failures', () => {
     await expect(
       createAttachStorage({ config: { ...base(), domains: { d: { categories: { c: { filters: ['virus'] } } } } } }),
     ).rejects.toThrow(/names filter "virus", which is not registered/)
-    await expect(
-      createAttachStorage({ config: base(), registrar: (r) => void r.registerDomain('d', { store: 'nas' }) }),
-    ).rejects.toThrow(/declared stores: local/)
+    await expect(createAttachStorage({ config: base(), registrar: (r) => void r.registerDomain('d', { store: 'nas' }) })).rejects.toThrow(
+      /declared stores: local/,
+    )
   })
   it('uses the OS temporary directory without a base-dir', async () => {
     const storage = new AttachStorage({ config: { db: { file: join(dir, 'os.db') } } })

@@ -18,7 +18,10 @@ export async function loadConfigFile(path: string): Promise<Record<string, unkno
   try {
     tree = /\.json$/i.test(path) ? JSON.parse(text) : parseYaml(text)
   } catch (err) {
-    throw configError(`The configuration file ${path} is not valid ${/\.json$/i.test(path) ? 'JSON' : 'YAML'}: ${(err as Error).message}`, err)
+    throw configError(
+      `The configuration file ${path} is not valid ${/\.json$/i.test(path) ? 'JSON' : 'YAML'}: ${(err as Error).message}`,
+      err,
+    )
   }
   if (!tree || typeof tree !== 'object' || !('attach' in tree)) {
     throw configError(`The configuration file ${path} must have a top-level "attach" key`)

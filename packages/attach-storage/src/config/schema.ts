@@ -40,10 +40,7 @@ export type FilterSpec = string | ({ name: string } & Record<string, unknown>)
 
 const sizeValue = v.union([v.number(), v.string()])
 
-const FilterSpecSchema = v.union([
-  v.pipe(v.string(), v.nonEmpty()),
-  v.looseObject({ name: v.pipe(v.string(), v.nonEmpty()) }),
-])
+const FilterSpecSchema = v.union([v.pipe(v.string(), v.nonEmpty()), v.looseObject({ name: v.pipe(v.string(), v.nonEmpty()) })])
 
 const CategorySchema = v.object({
   /** The category's filter chain, run on every temporary and direct upload into it. */
@@ -166,12 +163,22 @@ export const AttachConfigSchema = v.object({
     v.object({
       /** Largest accepted file (bytes, or `"100MB"`); larger answers 413. @default '100MB' */
       maxFileSize: v.optional(
-        v.pipe(sizeValue, v.transform((x) => parseSize(x)), v.number('must be a size'), v.minValue(1)),
+        v.pipe(
+          sizeValue,
+          v.transform((x) => parseSize(x)),
+          v.number('must be a size'),
+          v.minValue(1),
+        ),
         '100MB',
       ),
       /** Largest accepted request body; default: maxFileSize × maxFiles plus 1 MiB of fields. */
       maxRequestSize: v.optional(
-        v.pipe(sizeValue, v.transform((x) => parseSize(x)), v.number('must be a size'), v.minValue(1)),
+        v.pipe(
+          sizeValue,
+          v.transform((x) => parseSize(x)),
+          v.number('must be a size'),
+          v.minValue(1),
+        ),
       ),
       /** Most files in one upload request. @default 20 */
       maxFiles: v.optional(v.pipe(v.number(), v.integer(), v.minValue(1)), 20),
@@ -179,7 +186,12 @@ export const AttachConfigSchema = v.object({
       maxFields: v.optional(v.pipe(v.number(), v.integer(), v.minValue(1)), 32),
       /** Largest multipart text part (bytes, or `"64KB"`); larger answers 413. @default '64KB' */
       maxFieldSize: v.optional(
-        v.pipe(sizeValue, v.transform((x) => parseSize(x)), v.number('must be a size'), v.minValue(1)),
+        v.pipe(
+          sizeValue,
+          v.transform((x) => parseSize(x)),
+          v.number('must be a size'),
+          v.minValue(1),
+        ),
         '64KB',
       ),
     }),
@@ -297,7 +309,7 @@ export function parseAttachConfig(input: unknown): AttachConfigParsed {
   if (!result.success) {
     const problems = result.issues.map((issue) => {
       const path = v.getDotPath(issue)
-      return `attach${path ? '.' + path : ''}: ${issue.message}`
+      return `attach${path ? `.${path}` : ''}: ${issue.message}`
     })
     throw configError(`Invalid attach configuration:\n  ${problems.join('\n  ')}`)
   }
@@ -334,4 +346,3 @@ export function checkStoreDeclarations(
     }
   }
 }
-

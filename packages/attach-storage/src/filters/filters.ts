@@ -173,8 +173,7 @@ export const typeFilter: AttachFilter = {
   check(file, options) {
     const list = (x: unknown): string[] =>
       Array.isArray(x) ? x.map(String) : typeof x === 'string' ? x.split(',').map((s) => s.trim()) : []
-    const matches = (pattern: string) =>
-      pattern.endsWith('/*') ? file.type.startsWith(pattern.slice(0, -1)) : file.type === pattern
+    const matches = (pattern: string) => (pattern.endsWith('/*') ? file.type.startsWith(pattern.slice(0, -1)) : file.type === pattern)
     const allow = list(options.allow)
     const deny = list(options.deny)
     if (deny.some(matches) || (allow.length > 0 && !allow.some(matches))) {

@@ -14,7 +14,15 @@ const text = (s: string) => new Blob([s], { type: 'text/plain' })
 type Rec = Record<string, any>
 
 async function tmp(kit: Kit, content: string, name: string, category = 'default', user = '7', domain = 'demo'): Promise<Rec> {
-  const res = await kit.upload(`${API}/attach/tmp`, [['refDomain', domain], ['refCategory', category], ['file', text(content), name]], user)
+  const res = await kit.upload(
+    `${API}/attach/tmp`,
+    [
+      ['refDomain', domain],
+      ['refCategory', category],
+      ['file', text(content), name],
+    ],
+    user,
+  )
   expect(res.status).toBe(200)
   return ((await res.json()) as { files: Rec[] }).files[0]!
 }
@@ -71,7 +79,7 @@ describe('who may change records: one rule on every path', () => {
     expect(list.map((r) => r.id)).toEqual([a!.id, b!.id])
   })
 
-  it('refuses the whole save when one touched record is not the caller\'s: a new file in the same bag is not saved', async () => {
+  it("refuses the whole save when one touched record is not the caller's: a new file in the same bag is not saved", async () => {
     const { default: [a] = [] } = await seed(kit, 'mixed', { default: ['a.txt'] })
     const mine = await tmp(kit, 'of user 8', 'mine.txt', 'default', '8')
     const res = await save(kit, 'mixed', { default: [{ savedName: mine.name }], _deleted: [{ id: a!.id }] }, '8')
@@ -190,7 +198,9 @@ describe('reads in the JSON group apply the secure-access function', () => {
           expect(r.url).toMatch(new RegExp(`^${ASSETS}/attach/view/demo/r1/private/[01]$`))
           expect(r.cdnUrl).toBeUndefined()
         }
-        const unpaged = (await (await kit.call(`${API}/attach?refDomain=demo&refKeyList=r1&refCategoryList=private`, { user: '8' })).json()) as Rec[]
+        const unpaged = (await (
+          await kit.call(`${API}/attach?refDomain=demo&refKeyList=r1&refCategoryList=private`, { user: '8' })
+        ).json()) as Rec[]
         expect(unpaged).toEqual([])
       })
 
@@ -205,7 +215,11 @@ describe('reads in the JSON group apply the secure-access function', () => {
       })
 
       it('gives a direct upload into a guarded category no public address', async () => {
-        const res = await kit.upload(`${API}/attach/direct`, [['refDomain', 'demo'], ['refCategory', 'private'], ['file', text('x'), 'd.txt']])
+        const res = await kit.upload(`${API}/attach/direct`, [
+          ['refDomain', 'demo'],
+          ['refCategory', 'private'],
+          ['file', text('x'), 'd.txt'],
+        ])
         const [item] = ((await res.json()) as { files: Rec[] }).files
         expect(item!.url).toMatch(new RegExp(`^${ASSETS}/attach-direct/view/demo/private\\?path=`))
       })
@@ -300,9 +314,15 @@ describe('a view by reference identifies the file, not the slot', () => {
     // The slot may name another file later: no date validator for it.
     expect(first.headers.get('last-modified')).toBeNull()
     const since = new Date(Date.now() + 3600_000).toUTCString()
-    expect((await kit.call(`${ASSETS}/attach/view/demo/slot/default/0`, { user: null, headers: { 'if-none-match': etag } })).status).toBe(304)
+    expect((await kit.call(`${ASSETS}/attach/view/demo/slot/default/0`, { user: null, headers: { 'if-none-match': etag } })).status).toBe(
+      304,
+    )
     expect((await save(kit, 'slot', { default: [{ id: recs[1]!.id }, { id: recs[0]!.id }] })).status).toBe(200)
-    const validators: Array<Record<string, string>> = [{ 'if-modified-since': since }, { 'if-none-match': etag }, { 'if-none-match': etag, 'if-modified-since': since }]
+    const validators: Array<Record<string, string>> = [
+      { 'if-modified-since': since },
+      { 'if-none-match': etag },
+      { 'if-none-match': etag, 'if-modified-since': since },
+    ]
     for (const headers of validators) {
       const res = await kit.call(`${ASSETS}/attach/view/demo/slot/default/0`, { user: null, headers })
       expect(res.status).toBe(200)
@@ -311,9 +331,9 @@ describe('a view by reference identifies the file, not the slot', () => {
     // A view by id still names one file forever and keeps its date validator.
     const byId = await kit.call(`${ASSETS}/attach/view/${recs[0]!.id}`, { user: null })
     expect(byId.headers.get('last-modified')).not.toBeNull()
-    expect(
-      (await kit.call(`${ASSETS}/attach/view/${recs[0]!.id}`, { user: null, headers: { 'if-modified-since': since } })).status,
-    ).toBe(304)
+    expect((await kit.call(`${ASSETS}/attach/view/${recs[0]!.id}`, { user: null, headers: { 'if-modified-since': since } })).status).toBe(
+      304,
+    )
   })
 })
 
@@ -346,7 +366,11 @@ describe('small bounds of the JSON group', () => {
     kit.warnings.length = 0
     const filters: Record<string, unknown> = { 'evil\nattach-storage: FAKE LINE': {}, ['x'.repeat(500)]: {} }
     for (let i = 0; i < 40; i++) filters[`k${i}`] = {}
-    const res = await kit.upload(`${API}/attach/tmp`, [['refDomain', 'demo'], ['filters', JSON.stringify(filters)], ['file', text('x'), 'a.txt']])
+    const res = await kit.upload(`${API}/attach/tmp`, [
+      ['refDomain', 'demo'],
+      ['filters', JSON.stringify(filters)],
+      ['file', text('x'), 'a.txt'],
+    ])
     expect(res.status).toBe(200)
     const lines = kit.warnings.filter((w) => w.includes('request filters not registered'))
     expect(lines).toHaveLength(1)
@@ -358,8 +382,11 @@ describe('small bounds of the JSON group', () => {
 
   it('keeps ext and fmetaValue well-formed text of at most 1024 units (never half a surrogate pair)', async () => {
     const { default: [r] = [] } = await seed(kit, 'text', { default: ['t.txt'] })
-    const long = 'a'.repeat(1023) + '\u{1F600}'
-    const res = await kit.call(`${API}/attach/`, { method: 'PUT', body: JSON.stringify([{ id: r!.id, ext: long, fmetaValue: 'x\ud800y' }]) })
+    const long = `${'a'.repeat(1023)}\u{1F600}`
+    const res = await kit.call(`${API}/attach/`, {
+      method: 'PUT',
+      body: JSON.stringify([{ id: r!.id, ext: long, fmetaValue: 'x\ud800y' }]),
+    })
     expect(res.status).toBe(200)
     const stored = await kit.storage.repository.findById(r!.id)
     expect(stored!.ext).toBe('a'.repeat(1023))
@@ -374,11 +401,19 @@ describe('small bounds of the JSON group', () => {
     const res = await kit.upload(`${API}/attach/tmp`, many)
     expect(res.status).toBe(400)
     expect(await res.json()).toMatchObject({ code: 'bad-request', message: expect.stringContaining('32') })
-    const big = await kit.upload(`${API}/attach/tmp`, [['refDomain', 'demo'], ['ext', 'y'.repeat(64 * 1024 + 1)], ['file', text('x'), 'a.txt']])
+    const big = await kit.upload(`${API}/attach/tmp`, [
+      ['refDomain', 'demo'],
+      ['ext', 'y'.repeat(64 * 1024 + 1)],
+      ['file', text('x'), 'a.txt'],
+    ])
     expect(big.status).toBe(413)
     expect(await big.json()).toMatchObject({ code: 'too-large', message: expect.any(String) })
     expect(await kit.files(kit.tmpDir)).toEqual(before)
-    const exact = await kit.upload(`${API}/attach/tmp`, [['refDomain', 'demo'], ['ext', 'y'.repeat(64 * 1024)], ['file', text('x'), 'b.txt']])
+    const exact = await kit.upload(`${API}/attach/tmp`, [
+      ['refDomain', 'demo'],
+      ['ext', 'y'.repeat(64 * 1024)],
+      ['file', text('x'), 'b.txt'],
+    ])
     expect(exact.status).toBe(200)
   })
 })

@@ -76,7 +76,17 @@ async function tree(dir: string, hash = true): Promise<Map<string, string>> {
     for (const e of entries) {
       const full = join(p, e.name)
       if (e.isDirectory()) await walk(full)
-      else out.set(relative(dir, full), !hash ? '' : e.isFile() ? createHash('sha1').update(await readFile(full)).digest('hex') : 'special')
+      else
+        out.set(
+          relative(dir, full),
+          !hash
+            ? ''
+            : e.isFile()
+              ? createHash('sha1')
+                  .update(await readFile(full))
+                  .digest('hex')
+              : 'special',
+        )
     }
   }
   await walk(dir)
@@ -90,7 +100,13 @@ const outsideStorage = async () =>
   new Map([...(await tree(top))].filter(([p]) => !p.startsWith('l1/l2/root/files/') && !p.startsWith('l1/l2/root/tmp/')))
 
 // Seeded state that generated requests refer to.
-const pool = { tmpNames: [] as string[], ids: [] as number[], savedDirs: [] as string[], savedNames: [] as string[], directPaths: [] as string[] }
+const pool = {
+  tmpNames: [] as string[],
+  ids: [] as number[],
+  savedDirs: [] as string[],
+  savedNames: [] as string[],
+  directPaths: [] as string[],
+}
 let pngBytes: Uint8Array
 
 async function send(path: string, init: RequestInit & { user?: string | null } = {}): Promise<Response> {
@@ -181,7 +197,11 @@ beforeAll(async () => {
     await writeFile(join(d, 'sentinel', 'x.png'), 'x')
   }
   db = await openTestDatabase('sqlite')
-  const logger: Logger = { info: () => {}, warn: (m: string) => void logged.push(String(m)), error: (...a: unknown[]) => void errors.push(a.map((x) => (x instanceof Error ? x.stack : String(x))).join(' ')) }
+  const logger: Logger = {
+    info: () => {},
+    warn: (m: string) => void logged.push(String(m)),
+    error: (...a: unknown[]) => void errors.push(a.map((x) => (x instanceof Error ? x.stack : String(x))).join(' ')),
+  }
   const verify = createJwtVerifier({ secret: SECRET })
   const privateAccess = async (request: Request, file: FileDescription) => {
     const user = await verify(bearerToken(request) ?? new URL(request.url).searchParams.get('access_token') ?? undefined)
@@ -215,7 +235,13 @@ beforeAll(async () => {
   pngBytes = new Uint8Array(await (await png(6, 4)).arrayBuffer())
 
   // Saved records of two users in several categories, a direct upload, and temporary files to commit.
-  for (const [refKey, category, user] of [['1', 'default', '7'], ['1', 'private', '7'], ['2', 'default', '8'], ['2', 'private', '8'], ['3', 'throws', '7']] as const) {
+  for (const [refKey, category, user] of [
+    ['1', 'default', '7'],
+    ['1', 'private', '7'],
+    ['2', 'default', '8'],
+    ['2', 'private', '8'],
+    ['3', 'throws', '7'],
+  ] as const) {
     const name = await uploadTmp(user, category)
     const res = await send(`${API}/attach/demo/${refKey}`, {
       method: 'POST',
@@ -233,7 +259,9 @@ beforeAll(async () => {
   const fd = new FormData()
   fd.append('refDomain', 'demo')
   fd.append('files', new Blob(['direct'], { type: 'text/plain' }), 'direct.txt')
-  const direct = (await (await send(`${API}/attach/direct`, { method: 'POST', body: fd })).json()) as { files: Array<{ name: string; savedDir: string }> }
+  const direct = (await (await send(`${API}/attach/direct`, { method: 'POST', body: fd })).json()) as {
+    files: Array<{ name: string; savedDir: string }>
+  }
   for (const f of direct.files) pool.directPaths.push(f.savedDir + f.name)
   for (let i = 0; i < 24; i++) pool.tmpNames.push(await uploadTmp(i % 3 === 0 ? '8' : '7', i % 4 === 0 ? 'private' : 'default'))
   // The record of `throws` is not answered (its secure-access function throws): take the ids from the table.
@@ -256,16 +284,47 @@ afterAll(async () => {
 /** Names and strings an attacker tries: traversal, separators, NUL, CRLF, unicode, very long. */
 const nasty = fc.oneof(
   fc.constantFrom(
-    '', ' ', '.', '..', '../../etc/passwd', '..\\..\\windows\\win.ini', '/etc/passwd', '/../../../../tmp/x', 'a\u0000b', 'a\r\nb', '%2e%2e%2f',
-    '%00', '\u202e.txt', 'CON', 'nul.txt', '.htaccess', '~/.ssh', 'C:\\x', 'file://x', '\ud800', '\u{1f600}.png', '日本語.txt',
-    '"quoted"', "a'b", '<script>', 'x.png.exe', '.meta.json', 'x.meta.json', '__proto__', 'constructor', 'toString',
+    '',
+    ' ',
+    '.',
+    '..',
+    '../../etc/passwd',
+    '..\\..\\windows\\win.ini',
+    '/etc/passwd',
+    '/../../../../tmp/x',
+    'a\u0000b',
+    'a\r\nb',
+    '%2e%2e%2f',
+    '%00',
+    '\u202e.txt',
+    'CON',
+    'nul.txt',
+    '.htaccess',
+    '~/.ssh',
+    'C:\\x',
+    'file://x',
+    '\ud800',
+    '\u{1f600}.png',
+    '日本語.txt',
+    '"quoted"',
+    "a'b",
+    '<script>',
+    'x.png.exe',
+    '.meta.json',
+    'x.meta.json',
+    '__proto__',
+    'constructor',
+    'toString',
   ),
   fc.string({ maxLength: 24 }),
   fc.string({ unit: 'binary', maxLength: 16 }),
   fc.integer({ min: 256, max: 5000 }).map((n) => 'n'.repeat(n)),
 )
 const domainName = fc.oneof({ weight: 6, arbitrary: fc.constantFrom('demo', 'board', 'editor') }, { weight: 2, arbitrary: nasty })
-const categoryName = fc.oneof({ weight: 6, arbitrary: fc.constantFrom('default', 'image', 'private', 'throws') }, { weight: 2, arbitrary: nasty })
+const categoryName = fc.oneof(
+  { weight: 6, arbitrary: fc.constantFrom('default', 'image', 'private', 'throws') },
+  { weight: 2, arbitrary: nasty },
+)
 /** `arb` one time in `n + 1`, else null (fc.option's `freq` is the other way round). */
 const rarely = <T>(arb: fc.Arbitrary<T>, n: number): fc.Arbitrary<T | null> =>
   fc.oneof({ weight: n, arbitrary: fc.constant(null) }, { weight: 1, arbitrary: arb })
@@ -284,14 +343,29 @@ const boundary = fc.oneof(
   { weight: 1, arbitrary: fc.constantFrom('', ' ', '-', '--', 'a b', 'x'.repeat(71), 'x'.repeat(300), '\u00e9', 'a"b', 'a;b', 'a\r\nb') },
 )
 const partName = fc.oneof(
-  { weight: 6, arbitrary: fc.constantFrom('file', 'fileMap', 'files', 'upload', 'refDomain', 'refCategory', 'filters', 'resultKey', 'CKEditorFuncNum') },
+  {
+    weight: 6,
+    arbitrary: fc.constantFrom('file', 'fileMap', 'files', 'upload', 'refDomain', 'refCategory', 'filters', 'resultKey', 'CKEditorFuncNum'),
+  },
   { weight: 2, arbitrary: nasty },
 )
 const fieldValue = fc.oneof(
   fc.constantFrom('demo', 'board', 'editor', 'default', 'image', 'private', 'throws', '', '1', 'files', '$x', 'a'.repeat(65)),
   fc.constantFrom(
-    '{"size":{"maxSize":"1KB"}}', '{"size":{"maxSize":0}}', '{"size":{"maxSize":-1}}', '{"size":{"maxSize":"1e400"}}', '{"dimension":{"maxWidth":1}}',
-    '{"image":true}', '{"type":{"allow":["text/plain"]}}', '{"nope\\ninjected":1}', '{"__proto__":{"x":1}}', '[]', 'null', '1', '{', '{"size":null}',
+    '{"size":{"maxSize":"1KB"}}',
+    '{"size":{"maxSize":0}}',
+    '{"size":{"maxSize":-1}}',
+    '{"size":{"maxSize":"1e400"}}',
+    '{"dimension":{"maxWidth":1}}',
+    '{"image":true}',
+    '{"type":{"allow":["text/plain"]}}',
+    '{"nope\\ninjected":1}',
+    '{"__proto__":{"x":1}}',
+    '[]',
+    'null',
+    '1',
+    '{',
+    '{"size":null}',
   ),
   fc.jsonValue({ maxDepth: 2 }).map((v) => JSON.stringify(v)),
   nasty,
@@ -299,28 +373,61 @@ const fieldValue = fc.oneof(
 )
 const fileData = fc.oneof(
   { weight: 4, arbitrary: fc.uint8Array({ maxLength: 64 }) },
-  { weight: 2, arbitrary: fc.constantFrom('hello\n', '<html><script>alert(1)</script></html>', '<svg xmlns="http://www.w3.org/2000/svg"/>', '').map((s) => enc.encode(s)) },
+  {
+    weight: 2,
+    arbitrary: fc
+      .constantFrom('hello\n', '<html><script>alert(1)</script></html>', '<svg xmlns="http://www.w3.org/2000/svg"/>', '')
+      .map((s) => enc.encode(s)),
+  },
   { weight: 2, arbitrary: fc.constant('png') },
   { weight: 1, arbitrary: fc.integer({ min: 60_000, max: 70_000 }).map((n) => new Uint8Array(n).fill(0x61)) },
   { weight: 1, arbitrary: fc.constant('--boundary-in-data') },
 )
 const extraHeader = fc.constantFrom(
-  'Content-Type: text/plain', 'Content-Type: image/png', 'Content-Type: application/x-msdownload', 'Content-Transfer-Encoding: base64',
-  'X-Junk: \u00e9', 'Content-Type:', ': empty name', 'no colon at all', 'Content-Disposition: attachment', `X-Long: ${'h'.repeat(3000)}`,
+  'Content-Type: text/plain',
+  'Content-Type: image/png',
+  'Content-Type: application/x-msdownload',
+  'Content-Transfer-Encoding: base64',
+  'X-Junk: \u00e9',
+  'Content-Type:',
+  ': empty name',
+  'no colon at all',
+  'Content-Disposition: attachment',
+  `X-Long: ${'h'.repeat(3000)}`,
 )
 const part: fc.Arbitrary<Part> = fc.oneof(
-  { weight: 4, arbitrary: fc.record({ kind: fc.constant('field' as const), name: partName, value: fieldValue, headers: fc.array(extraHeader, { maxLength: 2 }) }) },
+  {
+    weight: 4,
+    arbitrary: fc.record({
+      kind: fc.constant('field' as const),
+      name: partName,
+      value: fieldValue,
+      headers: fc.array(extraHeader, { maxLength: 2 }),
+    }),
+  },
   {
     weight: 4,
     arbitrary: fc.record({
       kind: fc.constant('file' as const),
       name: partName,
-      filename: fc.oneof({ weight: 3, arbitrary: fc.constantFrom('notes.txt', 'a.png', 'x', 'photo.JPG', 'archive.tar.gz') }, { weight: 3, arbitrary: nasty }),
+      filename: fc.oneof(
+        { weight: 3, arbitrary: fc.constantFrom('notes.txt', 'a.png', 'x', 'photo.JPG', 'archive.tar.gz') },
+        { weight: 3, arbitrary: nasty },
+      ),
       data: fileData as fc.Arbitrary<any>,
       headers: fc.array(extraHeader, { maxLength: 2 }),
     }),
   },
-  { weight: 1, arbitrary: fc.record({ kind: fc.constant('raw' as const), text: fc.oneof(nasty, fc.constantFrom('Content-Disposition: form-data\r\n\r\nx', '\r\n\r\n', 'Content-Disposition: form-data; name=\r\n\r\nv')) }) },
+  {
+    weight: 1,
+    arbitrary: fc.record({
+      kind: fc.constant('raw' as const),
+      text: fc.oneof(
+        nasty,
+        fc.constantFrom('Content-Disposition: form-data\r\n\r\nx', '\r\n\r\n', 'Content-Disposition: form-data; name=\r\n\r\nv'),
+      ),
+    }),
+  },
 )
 
 /** How the parts were written: line endings, disposition quoting, and the end of the body. */
@@ -338,16 +445,25 @@ const style = fc.record({
 const validParts: fc.Arbitrary<Part[]> = fc
   .record({
     domain: fc.option(fc.oneof({ weight: 8, arbitrary: fc.constant('demo') }, { weight: 2, arbitrary: fieldValue }), { freq: 12 }),
-    category: fc.option(fc.oneof({ weight: 8, arbitrary: fc.constantFrom('default', 'image', 'private') }, { weight: 1, arbitrary: fieldValue }), { freq: 2 }),
+    category: fc.option(
+      fc.oneof({ weight: 8, arbitrary: fc.constantFrom('default', 'image', 'private') }, { weight: 1, arbitrary: fieldValue }),
+      { freq: 2 },
+    ),
     filters: rarely(fieldValue, 4),
     resultKey: rarely(fieldValue, 4),
     files: fc.array(
       fc.record({
         kind: fc.constant('file' as const),
         name: fc.oneof({ weight: 8, arbitrary: fc.constantFrom('file', 'fileMap', 'files', 'upload') }, { weight: 1, arbitrary: partName }),
-        filename: fc.oneof({ weight: 3, arbitrary: fc.constantFrom('notes.txt', 'a.png', 'x', 'photo.JPG', 'archive.tar.gz') }, { weight: 2, arbitrary: nasty }),
+        filename: fc.oneof(
+          { weight: 3, arbitrary: fc.constantFrom('notes.txt', 'a.png', 'x', 'photo.JPG', 'archive.tar.gz') },
+          { weight: 2, arbitrary: nasty },
+        ),
         data: fileData as fc.Arbitrary<any>,
-        headers: fc.oneof({ weight: 4, arbitrary: fc.constant<string[]>([]) }, { weight: 1, arbitrary: fc.array(extraHeader as fc.Arbitrary<string>, { maxLength: 2 }) }),
+        headers: fc.oneof(
+          { weight: 4, arbitrary: fc.constant<string[]>([]) },
+          { weight: 1, arbitrary: fc.array(extraHeader as fc.Arbitrary<string>, { maxLength: 2 }) },
+        ),
       }),
       { minLength: 1, maxLength: 3 },
     ),
@@ -355,18 +471,41 @@ const validParts: fc.Arbitrary<Part[]> = fc
   })
   .map(({ domain, category, filters, resultKey, files, extra }): Part[] => {
     const field = (name: string, value: string | null): Part[] => (value === null ? [] : [{ kind: 'field', name, value, headers: [] }])
-    return [...field('refDomain', domain), ...field('refCategory', category), ...field('filters', filters), ...field('resultKey', resultKey), ...files, ...extra]
+    return [
+      ...field('refDomain', domain),
+      ...field('refCategory', category),
+      ...field('filters', filters),
+      ...field('resultKey', resultKey),
+      ...files,
+      ...extra,
+    ]
   })
 
 const contentType = (b: string) =>
   fc.oneof(
-    { weight: 20, arbitrary: fc.constantFrom(`multipart/form-data; boundary=${b}`, `multipart/form-data; boundary="${b}"`, `Multipart/Form-Data;boundary=${b}`) },
+    {
+      weight: 20,
+      arbitrary: fc.constantFrom(
+        `multipart/form-data; boundary=${b}`,
+        `multipart/form-data; boundary="${b}"`,
+        `Multipart/Form-Data;boundary=${b}`,
+      ),
+    },
     {
       weight: 2,
       arbitrary: fc.constantFrom(
-        'multipart/form-data', 'multipart/form-data; boundary=', `multipart/mixed; boundary=${b}`, `multipart/form-data; boundary=${b}x`,
-        `multipart/form-data; charset=utf-8; boundary=${b}; boundary=other`, 'application/json', 'text/plain', 'application/x-www-form-urlencoded', '',
-        `multipart/form-data; boundary=${b}\u00e9`, 'multipart/form-data;', `multipart/form-data ; boundary=${b}`,
+        'multipart/form-data',
+        'multipart/form-data; boundary=',
+        `multipart/mixed; boundary=${b}`,
+        `multipart/form-data; boundary=${b}x`,
+        `multipart/form-data; charset=utf-8; boundary=${b}; boundary=other`,
+        'application/json',
+        'text/plain',
+        'application/x-www-form-urlencoded',
+        '',
+        `multipart/form-data; boundary=${b}\u00e9`,
+        'multipart/form-data;',
+        `multipart/form-data ; boundary=${b}`,
       ),
     },
   )
@@ -392,7 +531,10 @@ function multipartBody(b: string, parts: Part[], s: Style): Uint8Array {
     const head = [disposition(p.name, p.kind === 'file' ? p.filename : undefined), ...p.headers]
     chunks.push(enc.encode(head.join(crlf) + crlf + crlf))
     if (p.kind === 'field') chunks.push(enc.encode(p.value))
-    else chunks.push((p.data as unknown) === 'png' ? pngBytes : (p.data as unknown) === '--boundary-in-data' ? enc.encode(`x\r\n--${b}y`) : p.data)
+    else
+      chunks.push(
+        (p.data as unknown) === 'png' ? pngBytes : (p.data as unknown) === '--boundary-in-data' ? enc.encode(`x\r\n--${b}y`) : p.data,
+      )
     chunks.push(enc.encode(crlf))
   }
   if (s.end === 'close') chunks.push(enc.encode(`--${b}--${crlf}`))
@@ -434,7 +576,15 @@ describe('multipart uploads under fuzzing', () => {
             ct: fc.option(contentType(b), { freq: 20 }),
             parts: validParts,
             style,
-            route: fc.constantFrom('/attach/tmp', '/attach/tmp', '/attach/direct', '/attach/direct', '/ckupload/dnd', '/ckupload/modal', '/ckupload/modal?CKEditorFuncNum=3'),
+            route: fc.constantFrom(
+              '/attach/tmp',
+              '/attach/tmp',
+              '/attach/direct',
+              '/attach/direct',
+              '/ckupload/dnd',
+              '/ckupload/modal',
+              '/ckupload/modal?CKEditorFuncNum=3',
+            ),
             cuts: fc.option(fc.array(fc.double({ min: 0, max: 1, noNaN: true }), { maxLength: 6 }), { freq: 2 }),
             failAtEnd: fc.boolean().map((x) => x && Math.random() < 0.1),
             length: rarely(fc.constantFrom('0', '-1', 'abc', '99999999999', '1e3', '1'), 12),
@@ -457,7 +607,11 @@ describe('multipart uploads under fuzzing', () => {
           const what = () =>
             `${c.route} ${JSON.stringify(c.ct)} length ${c.length} cuts ${c.cuts} failAtEnd ${c.failAtEnd} ${bytes.length} bytes: ${JSON.stringify(Buffer.from(bytes).toString('latin1').slice(0, 800))}`
           const started = Date.now()
-          const res = await within(5000, send(`${API}${c.route}`, { method: 'POST', headers, body: bodyOf(bytes, c.cuts, c.failAtEnd), user: c.user }), what)
+          const res = await within(
+            5000,
+            send(`${API}${c.route}`, { method: 'POST', headers, body: bodyOf(bytes, c.cuts, c.failAtEnd), user: c.user }),
+            what,
+          )
           if (Date.now() - started > stats.slowest) {
             stats.slowest = Date.now() - started
             stats.slowCase = what().slice(0, 300)
@@ -518,8 +672,12 @@ describe('multipart parts the parser skips', () => {
     ['a disposition other than form-data', 'Content-Disposition: attachment; filename="a.txt"'],
   ] as const) {
     it(`answers a request with a 70 KB part with ${label}, and keeps the other files`, async () => {
-      for (const body of [domain + skipped(head) + file + '--B--\r\n', domain + file + skipped(head) + '--B--\r\n']) {
-        const res = await send(`${API}/attach/tmp`, { method: 'POST', headers: { 'content-type': 'multipart/form-data; boundary=B' }, body })
+      for (const body of [`${domain + skipped(head) + file}--B--\r\n`, `${domain + file + skipped(head)}--B--\r\n`]) {
+        const res = await send(`${API}/attach/tmp`, {
+          method: 'POST',
+          headers: { 'content-type': 'multipart/form-data; boundary=B' },
+          body,
+        })
         const { status, body: out } = await check(res, () => label)
         expect(status).toBe(200)
         expect(out.files.map((f: { displayName: string }) => f.displayName)).toEqual(['a.txt'])
@@ -548,18 +706,43 @@ const savedName = fc.oneof(
   { weight: 3, arbitrary: fc.constant('@tmp') }, // replaced by a real temporary name when run
   { weight: 1, arbitrary: fc.constant('@saved') },
   { weight: 1, arbitrary: fc.uuid().map((u) => `${u}.txt`) },
-  { weight: 2, arbitrary: fc.constantFrom('../../../etc/passwd', '00000000-0000-0000-0000-000000000000.txt/../../x', '/x.txt', 'a\u0000.txt', '.meta.json') },
+  {
+    weight: 2,
+    arbitrary: fc.constantFrom(
+      '../../../etc/passwd',
+      '00000000-0000-0000-0000-000000000000.txt/../../x',
+      '/x.txt',
+      'a\u0000.txt',
+      '.meta.json',
+    ),
+  },
   { weight: 1, arbitrary: nasty },
   { weight: 1, arbitrary: fc.jsonValue({ maxDepth: 1 }) },
 )
 const savedDir = fc.oneof(
   fc.constant('@dir'),
-  fc.constantFrom('/demo/2026/11/1/', '/demo/../../', '/demo/2026/11/1/../../../../', '../', '/', '', '//etc/', '/demo/2026/11/_/default/', '/board/2026/11/1/', '\\demo\\'),
+  fc.constantFrom(
+    '/demo/2026/11/1/',
+    '/demo/../../',
+    '/demo/2026/11/1/../../../../',
+    '../',
+    '/',
+    '',
+    '//etc/',
+    '/demo/2026/11/_/default/',
+    '/board/2026/11/1/',
+    '\\demo\\',
+  ),
   nasty,
   fc.jsonValue({ maxDepth: 1 }),
 )
 const goodEntry = fc.record(
-  { savedName: fc.constant('@tmp'), displayName: fc.oneof(fc.constant('ok.txt'), nasty), ext: fc.oneof(fc.constant('e'), nasty), fmetaValue: fc.constantFrom('m', null) },
+  {
+    savedName: fc.constant('@tmp'),
+    displayName: fc.oneof(fc.constant('ok.txt'), nasty),
+    ext: fc.oneof(fc.constant('e'), nasty),
+    fmetaValue: fc.constantFrom('m', null),
+  },
   { requiredKeys: ['savedName'] },
 )
 const entry = fc.oneof(
@@ -572,7 +755,10 @@ const entry = fc.oneof(
         savedName,
         savedDir,
         displayName: fc.oneof(nasty, fc.jsonValue({ maxDepth: 1 })),
-        ext: fc.oneof(nasty, fc.integer({ min: 1020, max: 1100 }).map((n) => 'e'.repeat(n))),
+        ext: fc.oneof(
+          nasty,
+          fc.integer({ min: 1020, max: 1100 }).map((n) => 'e'.repeat(n)),
+        ),
         fmetaValue: fc.oneof(nasty, fc.jsonValue({ maxDepth: 1 })),
         fileSize: fc.oneof(fc.integer(), fc.constant(1e308), fc.string()),
         fileType: fc.oneof(fc.constantFrom('image/png', 'text/html'), nasty),
@@ -593,7 +779,11 @@ const bagValue = fc.oneof(
   { weight: 1, arbitrary: fc.oneof(domainName, fc.jsonValue({ maxDepth: 2 })) },
 )
 const goodBag = fc
-  .record({ refDomain: fc.constantFrom('demo', undefined), category: fc.constantFrom('default', 'private'), entries: fc.array(goodEntry, { minLength: 1, maxLength: 3 }) })
+  .record({
+    refDomain: fc.constantFrom('demo', undefined),
+    category: fc.constantFrom('default', 'private'),
+    entries: fc.array(goodEntry, { minLength: 1, maxLength: 3 }),
+  })
   .map(({ refDomain, category, entries }) => (refDomain ? { refDomain, [category]: entries } : { [category]: entries }))
 const bag = fc.oneof(
   { weight: 8, arbitrary: goodBag },
@@ -620,10 +810,26 @@ function realize(value: unknown, pick: (n: number) => number): unknown {
 const jsonBody = (value: fc.Arbitrary<unknown>) =>
   fc.record({
     value,
-    raw: rarely(fc.oneof(fc.constantFrom('', '{', '[1,', 'nul', '{"a":1}{', '\u0000', '[' .repeat(3000), '1e999', '"\\ud800"'), fc.string({ maxLength: 20 })), 8),
+    raw: rarely(
+      fc.oneof(
+        fc.constantFrom('', '{', '[1,', 'nul', '{"a":1}{', '\u0000', '['.repeat(3000), '1e999', '"\\ud800"'),
+        fc.string({ maxLength: 20 }),
+      ),
+      8,
+    ),
     type: fc.oneof(
       { weight: 8, arbitrary: fc.constant('application/json') },
-      { weight: 1, arbitrary: fc.constantFrom('application/json; charset=utf-8', 'application/problem+json', 'text/plain', 'multipart/form-data; boundary=x', '', null) },
+      {
+        weight: 1,
+        arbitrary: fc.constantFrom(
+          'application/json; charset=utf-8',
+          'application/problem+json',
+          'text/plain',
+          'multipart/form-data; boundary=x',
+          '',
+          null,
+        ),
+      },
     ),
   })
 
@@ -638,7 +844,11 @@ describe('JSON routes under fuzzing', () => {
     const stats: Record<string, number> = {}
     await fc.assert(
       fc.asyncProperty(
-        fc.oneof({ weight: 8, arbitrary: fc.constant('demo') }, { weight: 1, arbitrary: fc.constant('board') }, { weight: 1, arbitrary: segment }),
+        fc.oneof(
+          { weight: 8, arbitrary: fc.constant('demo') },
+          { weight: 1, arbitrary: fc.constant('board') },
+          { weight: 1, arbitrary: segment },
+        ),
         fc.oneof({ weight: 8, arbitrary: fc.constantFrom('1', '2', '3', '10', 'a-b_c.d') }, { weight: 1, arbitrary: segment }),
         jsonBody(bag),
         userName,
@@ -699,7 +909,13 @@ describe('JSON routes under fuzzing', () => {
       {
         weight: 4,
         arbitrary: fc.record(
-          { refDomain: fc.oneof(domainName, idValue), refKey: fc.oneof(fc.constantFrom('1', '2', '3'), nasty, idValue), refCategory: fc.oneof(categoryName, idValue), index: idValue, createdDt: nasty },
+          {
+            refDomain: fc.oneof(domainName, idValue),
+            refKey: fc.oneof(fc.constantFrom('1', '2', '3'), nasty, idValue),
+            refCategory: fc.oneof(categoryName, idValue),
+            index: idValue,
+            createdDt: nasty,
+          },
           { requiredKeys: [] },
         ),
       },
@@ -710,7 +926,11 @@ describe('JSON routes under fuzzing', () => {
         weight: 4,
         arbitrary: fc.record(
           {
-            ids: fc.oneof(fc.array(fc.oneof(fc.constant('@id'), idValue), { maxLength: 6 }), fc.array(fc.constant(1), { minLength: 21, maxLength: 30 }), fc.jsonValue({ maxDepth: 1 })),
+            ids: fc.oneof(
+              fc.array(fc.oneof(fc.constant('@id'), idValue), { maxLength: 6 }),
+              fc.array(fc.constant(1), { minLength: 21, maxLength: 30 }),
+              fc.jsonValue({ maxDepth: 1 }),
+            ),
             title: fc.oneof(nasty, fc.jsonValue({ maxDepth: 1 }), fc.constant('t'.repeat(201))),
           },
           { requiredKeys: [] },
@@ -719,7 +939,11 @@ describe('JSON routes under fuzzing', () => {
       { weight: 1, arbitrary: fc.jsonValue({ maxDepth: 2 }) },
     )
     const request = fc.oneof(
-      fc.record({ method: fc.constant('PUT'), path: fc.constantFrom(`${API}/attach/`, `${API}/attach/`, `${API}/attach`), b: jsonBody(records) }),
+      fc.record({
+        method: fc.constant('PUT'),
+        path: fc.constantFrom(`${API}/attach/`, `${API}/attach/`, `${API}/attach`),
+        b: jsonBody(records),
+      }),
       fc.record({ method: fc.constant('POST'), path: fc.constant(`${API}/attach`), b: jsonBody(records) }),
       fc.record({ method: fc.constant('POST'), path: fc.constant(`${API}/direct-url`), b: jsonBody(directUrlBody) }),
       fc.record({ method: fc.constant('POST'), path: fc.constant(`${ASSETS}/attach/download`), b: jsonBody(zipBody) }),
@@ -737,7 +961,8 @@ describe('JSON routes under fuzzing', () => {
         const { status, body: out } = await check(res, () => `${r.method} ${r.path} ${r.b.type} ${body.slice(0, 500)}`)
         stats[`${r.method} ${r.path.split('/').pop()} ${status}`] = (stats[`${r.method} ${r.path.split('/').pop()} ${status}`] ?? 0) + 1
         if (status === 200 && r.path.endsWith('/download')) expect(res.headers.get('content-type')).toBe('application/zip')
-        if (status === 200 && r.path.includes('/api/storage/attach')) expect(out).toMatchObject({ success: true, count: expect.any(Number) })
+        if (status === 200 && r.path.includes('/api/storage/attach'))
+          expect(out).toMatchObject({ success: true, count: expect.any(Number) })
         if (status === 200 && r.path.endsWith('/direct-url')) expect(typeof out).toBe('string')
       }),
       params(900),
@@ -762,33 +987,66 @@ describe('JSON routes under fuzzing', () => {
       })
     const route = fc.oneof(
       fc.array(segment, { minLength: 1, maxLength: 5 }).map((s) => `${API}/attach/${s.join('/')}`),
-      fc.tuple(fc.array(segment, { minLength: 2, maxLength: 3 }), fc.constant('_count')).map(([s, c]) => `${API}/attach/${s.join('/')}/${c}`),
       fc
-        .tuple(fc.constantFrom('attach', 'attach-temp', 'attach-direct', 'editor', 'nope'), fc.constantFrom('view', 'download', 'image', 'x'), fc.array(segment, { maxLength: 5 }))
+        .tuple(fc.array(segment, { minLength: 2, maxLength: 3 }), fc.constant('_count'))
+        .map(([s, c]) => `${API}/attach/${s.join('/')}/${c}`),
+      fc
+        .tuple(
+          fc.constantFrom('attach', 'attach-temp', 'attach-direct', 'editor', 'nope'),
+          fc.constantFrom('view', 'download', 'image', 'x'),
+          fc.array(segment, { maxLength: 5 }),
+        )
         .map(([g, a, s]) => `${ASSETS}/${g}/${a}/${s.join('/')}`.replace(/\/$/, '')),
       fc.array(segment, { maxLength: 4 }).map((s) => `${ASSETS}/${s.join('/')}`),
-      fc.constantFrom(`${API}/attach/demo/1`, `${API}/attach/demo/1/private`, `${ASSETS}/attach/view/1`, `${ASSETS}/attach/view/demo/1/private/0`, `${ASSETS}/attach/download/demo/2/default`),
+      fc.constantFrom(
+        `${API}/attach/demo/1`,
+        `${API}/attach/demo/1/private`,
+        `${ASSETS}/attach/view/1`,
+        `${ASSETS}/attach/view/demo/1/private/0`,
+        `${ASSETS}/attach/download/demo/2/default`,
+      ),
     )
     await fc.assert(
-      fc.asyncProperty(route, query, fc.constantFrom('GET', 'GET', 'HEAD', 'POST', 'DELETE', 'PUT'), userName, fc.boolean(), async (path, q, method, user, withToken) => {
-        const headers: Record<string, string> = {}
-        if (Math.random() < 0.2) headers['if-none-match'] = '*'
-        if (Math.random() < 0.2) headers.range = ['bytes=0-0', 'bytes=-1', 'bytes=999999-', 'bytes=1-0', 'bytes=a-b'][Math.floor(Math.random() * 5)]!
-        let req: string
-        try {
-          req = new URL(`http://x${path}${q ? `?${q}` : ''}`).pathname
-        } catch {
-          return
-        }
-        if (!req) return
-        const res = await send(`${path}${q ? `?${q}` : ''}`, { method, headers, user: withToken ? user : null, body: method === 'POST' || method === 'PUT' ? '{}' : undefined })
-        const { status, body } = await check(res, () => `${method} ${path}?${q}`)
-        stats[status] = (stats[status] ?? 0) + 1
-        // A private record never reaches another user through a lookup.
-        if (status === 200 && method === 'GET' && path.startsWith(`${API}/attach/`) && body && typeof body === 'object' && !Array.isArray(body)) {
-          for (const r of (body.private ?? []) as Array<{ createdBy: unknown }>) expect(withToken && String(r.createdBy) === user).toBe(true)
-        }
-      }),
+      fc.asyncProperty(
+        route,
+        query,
+        fc.constantFrom('GET', 'GET', 'HEAD', 'POST', 'DELETE', 'PUT'),
+        userName,
+        fc.boolean(),
+        async (path, q, method, user, withToken) => {
+          const headers: Record<string, string> = {}
+          if (Math.random() < 0.2) headers['if-none-match'] = '*'
+          if (Math.random() < 0.2)
+            headers.range = ['bytes=0-0', 'bytes=-1', 'bytes=999999-', 'bytes=1-0', 'bytes=a-b'][Math.floor(Math.random() * 5)]!
+          let req: string
+          try {
+            req = new URL(`http://x${path}${q ? `?${q}` : ''}`).pathname
+          } catch {
+            return
+          }
+          if (!req) return
+          const res = await send(`${path}${q ? `?${q}` : ''}`, {
+            method,
+            headers,
+            user: withToken ? user : null,
+            body: method === 'POST' || method === 'PUT' ? '{}' : undefined,
+          })
+          const { status, body } = await check(res, () => `${method} ${path}?${q}`)
+          stats[status] = (stats[status] ?? 0) + 1
+          // A private record never reaches another user through a lookup.
+          if (
+            status === 200 &&
+            method === 'GET' &&
+            path.startsWith(`${API}/attach/`) &&
+            body &&
+            typeof body === 'object' &&
+            !Array.isArray(body)
+          ) {
+            for (const r of (body.private ?? []) as Array<{ createdBy: unknown }>)
+              expect(withToken && String(r.createdBy) === user).toBe(true)
+          }
+        },
+      ),
       params(900),
     )
     console.info('http fuzz path statuses:', stats)
@@ -801,7 +1059,15 @@ describe('JSON routes under fuzzing', () => {
       fc.array(fc.oneof(fc.constantFrom('1', '2', '3'), nasty), { maxLength: 5 }).map((a) => a.join(',')),
     )
     const q = fc.oneof(
-      fc.constantFrom('', '{"conds":[]}', '{"conds":[{"field":"displayName","op":"like","val":"%"}]}', '{"conds":[{"field":"createdDt","op":"gt","val":"2000-01-01"}]}', '{"conds":[{"field":"ext","op":"in","val":[null,1,{}]}]}', 'nope', '{"conds":{}}'),
+      fc.constantFrom(
+        '',
+        '{"conds":[]}',
+        '{"conds":[{"field":"displayName","op":"like","val":"%"}]}',
+        '{"conds":[{"field":"createdDt","op":"gt","val":"2000-01-01"}]}',
+        '{"conds":[{"field":"ext","op":"in","val":[null,1,{}]}]}',
+        'nope',
+        '{"conds":{}}',
+      ),
       fc.jsonValue({ maxDepth: 3 }).map((v) => JSON.stringify({ conds: [v] })),
       fc.string({ maxLength: 12 }),
     )
@@ -811,8 +1077,14 @@ describe('JSON routes under fuzzing', () => {
         refKeyList: listParam,
         refCategoryList: fc.oneof(fc.constantFrom('default', 'private', 'default,private', 'nope', ''), listParam),
         _usePaging: fc.constantFrom('true', 'false'),
-        currentPage: fc.oneof({ weight: 5, arbitrary: fc.constantFrom('1', '2', '3') }, { weight: 1, arbitrary: fc.constantFrom('0', '-1', 'x', '9007199254740993', '99999999999') }),
-        dataPerPage: fc.oneof({ weight: 5, arbitrary: fc.constantFrom('1', '2', '40', '1000', '1001') }, { weight: 1, arbitrary: fc.constantFrom('0', 'x', '') }),
+        currentPage: fc.oneof(
+          { weight: 5, arbitrary: fc.constantFrom('1', '2', '3') },
+          { weight: 1, arbitrary: fc.constantFrom('0', '-1', 'x', '9007199254740993', '99999999999') },
+        ),
+        dataPerPage: fc.oneof(
+          { weight: 5, arbitrary: fc.constantFrom('1', '2', '40', '1000', '1001') },
+          { weight: 1, arbitrary: fc.constantFrom('0', 'x', '') },
+        ),
         skipCount: fc.constantFrom('true', 'false'),
         sortBy: fc.constantFrom('id:desc', 'refKey', 'x:y', ''),
         q,
@@ -837,7 +1109,9 @@ describe('JSON routes under fuzzing', () => {
           // A page is exactly its slice of the unpaged list, and the count is the unpaged length.
           const whole = new URLSearchParams(search)
           whole.set('_usePaging', 'false')
-          const all = (await check(await send(`${API}/attach?${whole}`, { user }), () => `GET /attach?${whole}`)).body as Array<{ id: number }>
+          const all = (await check(await send(`${API}/attach?${whole}`, { user }), () => `GET /attach?${whole}`)).body as Array<{
+            id: number
+          }>
           const perPage = Number(res.headers.get('x-app-data-count'))
           const page = Number(res.headers.get('x-app-page'))
           expect((body as Array<{ id: number }>).map((r) => r.id)).toEqual(all.slice((page - 1) * perPage, page * perPage).map((r) => r.id))
@@ -871,7 +1145,16 @@ function zipEntryNames(zip: Buffer): string[] {
 /** Display names a client may send: traversal, controls, lone surrogates, and long names cut inside a pair. */
 const displayName = fc.oneof(
   nasty,
-  fc.constantFrom('a'.repeat(1023) + '\u{1f600}.txt', 'b' + '\u{1f600}'.repeat(600), '\ud800', 'x\udc00y.txt', '\u{1f600}', 'é'.repeat(1100), ' ../x.txt ', 'a/b\\c.txt'),
+  fc.constantFrom(
+    `${'a'.repeat(1023)}\u{1f600}.txt`,
+    `b${'\u{1f600}'.repeat(600)}`,
+    '\ud800',
+    'x\udc00y.txt',
+    '\u{1f600}',
+    'é'.repeat(1100),
+    ' ../x.txt ',
+    'a/b\\c.txt',
+  ),
   fc.string({ unit: 'binary', maxLength: 30 }),
 )
 
@@ -887,7 +1170,9 @@ describe('what a client names, served back', () => {
           () => `save ${saveBody.slice(0, 300)}`,
         )
         expect(saved.status).toBe(200)
-        const record = (saved.body.attachList as Array<{ id: number; savedName: string; displayName: string }>).find((r) => r.savedName === name)!
+        const record = (saved.body.attachList as Array<{ id: number; savedName: string; displayName: string }>).find(
+          (r) => r.savedName === name,
+        )!
         const checkName = (n: string) => {
           expect(n.length).toBeGreaterThan(0)
           expect(n.length).toBeLessThanOrEqual(1024)
@@ -896,11 +1181,18 @@ describe('what a client names, served back', () => {
         }
         checkName(record.displayName)
         const put = JSON.stringify([{ id: record.id, displayName: second }])
-        const updated = await check(await send(`${API}/attach/`, { method: 'PUT', headers: { 'content-type': 'application/json' }, body: put }), () => `PUT ${put.slice(0, 300)}`)
+        const updated = await check(
+          await send(`${API}/attach/`, { method: 'PUT', headers: { 'content-type': 'application/json' }, body: put }),
+          () => `PUT ${put.slice(0, 300)}`,
+        )
         stats[`PUT ${updated.status}`] = (stats[`PUT ${updated.status}`] ?? 0) + 1
         const bag = await check(await send(`${API}/attach/demo/rt/default`), () => 'lookup')
         for (const r of bag.body.default as Array<{ displayName: string }>) checkName(r.displayName)
-        for (const path of [`${ASSETS}/attach/download/${record.id}`, `${ASSETS}/attach/view/${record.id}`, `${ASSETS}/attach/download/demo/rt/default/0`]) {
+        for (const path of [
+          `${ASSETS}/attach/download/${record.id}`,
+          `${ASSETS}/attach/view/${record.id}`,
+          `${ASSETS}/attach/download/demo/rt/default/0`,
+        ]) {
           const res = await send(path, { user: null })
           const { status } = await check(res, () => `GET ${path} of ${JSON.stringify(first)} / ${JSON.stringify(second)}`)
           expect(status).toBe(200)
@@ -908,7 +1200,12 @@ describe('what a client names, served back', () => {
           expect(cd).toMatch(/^(inline|attachment); filename="[\x20-\x7e]*"; filename\*=UTF-8''[A-Za-z0-9%!._~-]*$/)
         }
         const zipBody = JSON.stringify(title === undefined ? { ids: [record.id] } : { ids: [record.id], title })
-        const zip = await send(`${ASSETS}/attach/download`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: zipBody, user: null })
+        const zip = await send(`${ASSETS}/attach/download`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: zipBody,
+          user: null,
+        })
         if (zip.status === 200) {
           const bytes = Buffer.from(await zip.arrayBuffer())
           for (const n of zipEntryNames(bytes)) {
@@ -923,7 +1220,14 @@ describe('what a client names, served back', () => {
           stats[`ZIP ${status}`] = (stats[`ZIP ${status}`] ?? 0) + 1
         }
         // Keep the reference small: delete what this case saved.
-        await check(await send(`${API}/attach`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify([{ id: record.id }]) }), () => 'delete')
+        await check(
+          await send(`${API}/attach`, {
+            method: 'POST',
+            headers: { 'content-type': 'application/json' },
+            body: JSON.stringify([{ id: record.id }]),
+          }),
+          () => 'delete',
+        )
       }),
       params(150),
     )

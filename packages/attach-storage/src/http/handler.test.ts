@@ -178,7 +178,13 @@ for (const dialect of DIALECTS) {
       })
       it('answers 400 no-file without a file, leaving nothing', async () => {
         const before = await kit.files(kit.tmpDir)
-        for (const parts of [[['refDomain', 'demo']], [['refDomain', 'demo'], ['other', text('x'), 'x.txt']]] as any) {
+        for (const parts of [
+          [['refDomain', 'demo']],
+          [
+            ['refDomain', 'demo'],
+            ['other', text('x'), 'x.txt'],
+          ],
+        ] as any) {
           const res = await kit.upload(`${API}/attach/tmp`, parts)
           expect(res.status).toBe(400)
           expect(await res.json()).toMatchObject({ code: 'no-file' })
@@ -190,10 +196,17 @@ for (const dialect of DIALECTS) {
       })
       it('answers 400 unknown-domain / unknown-category, never creating them, leaving nothing', async () => {
         const before = await kit.files(kit.tmpDir)
-        let res = await kit.upload(`${API}/attach/tmp`, [['refDomain', 'nope'], ['file', text('x'), 'x.txt']])
+        let res = await kit.upload(`${API}/attach/tmp`, [
+          ['refDomain', 'nope'],
+          ['file', text('x'), 'x.txt'],
+        ])
         expect(res.status).toBe(400)
         expect(await res.json()).toMatchObject({ code: 'unknown-domain' })
-        res = await kit.upload(`${API}/attach/tmp`, [['refDomain', 'demo'], ['refCategory', 'nope'], ['file', text('x'), 'x.txt']])
+        res = await kit.upload(`${API}/attach/tmp`, [
+          ['refDomain', 'demo'],
+          ['refCategory', 'nope'],
+          ['file', text('x'), 'x.txt'],
+        ])
         expect(res.status).toBe(400)
         expect(await res.json()).toMatchObject({ code: 'unknown-category' })
         res = await kit.upload(`${API}/attach/tmp`, [['file', text('x'), 'x.txt']])
@@ -203,7 +216,11 @@ for (const dialect of DIALECTS) {
       })
       it('answers 400 to filters that are not a JSON object', async () => {
         for (const f of ['{not json', '[1,2]', '"size"', JSON.stringify({ size: 5 })]) {
-          const res = await kit.upload(`${API}/attach/tmp`, [['refDomain', 'demo'], ['filters', f], ['file', text('x'), 'x.txt']])
+          const res = await kit.upload(`${API}/attach/tmp`, [
+            ['refDomain', 'demo'],
+            ['filters', f],
+            ['file', text('x'), 'x.txt'],
+          ])
           expect(res.status, f).toBe(400)
           expect((await res.json()).code).toBe('bad-request')
         }
@@ -248,7 +265,12 @@ for (const dialect of DIALECTS) {
           url: `${ASSETS}/attach/view/demo/100/default/0`,
         })
         expect(ra.createdDt).toMatch(/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/)
-        expect(rb).toMatchObject({ sort: 1, fileType: 'image/png', displayName: '사진.png', url: `${ASSETS}/attach/view/demo/100/default/1` })
+        expect(rb).toMatchObject({
+          sort: 1,
+          fileType: 'image/png',
+          displayName: '사진.png',
+          url: `${ASSETS}/attach/view/demo/100/default/1`,
+        })
         expect(ra).not.toHaveProperty('sha256')
         const onDisk = await readFile(join(kit.baseDir, 'demo', yyyy, MM, '100', a.name), 'utf8')
         expect(onDisk).toBe('first file')
@@ -297,7 +319,11 @@ for (const dialect of DIALECTS) {
       })
 
       it('lets only those who may see a guarded file reuse it by savedDir', async () => {
-        const up = await kit.upload(`${API}/attach/tmp`, [['refDomain', 'demo'], ['refCategory', 'private'], ['file', text('guarded'), 'g.txt']])
+        const up = await kit.upload(`${API}/attach/tmp`, [
+          ['refDomain', 'demo'],
+          ['refCategory', 'private'],
+          ['file', text('guarded'), 'g.txt'],
+        ])
         const name = (await up.json()).files[0].name
         const [orig] = (await (await save(kit, '110', { private: [{ savedName: name }] })).json()).attachList
         const entry = { savedName: orig.savedName, savedDir: orig.savedDir, displayName: 'again.txt' }
@@ -315,7 +341,7 @@ for (const dialect of DIALECTS) {
         // Make `later` unavailable for the first attempt by hiding its file.
         const { rename } = await import('node:fs/promises')
         const hidden = join(kit.tmpDir, '_tmp', later.name)
-        await rename(hidden, hidden + '.away')
+        await rename(hidden, `${hidden}.away`)
         const bag = {
           default: [
             { savedName: good.name, displayName: 'good.txt' },
@@ -337,7 +363,7 @@ for (const dialect of DIALECTS) {
         ])
         const saved = (await (await kit.call(`${API}/attach/demo/104/default`)).json()).default
         expect(saved.map((r: any) => r.displayName)).toEqual(['good.txt'])
-        await rename(hidden + '.away', hidden)
+        await rename(`${hidden}.away`, hidden)
         const retry = await save(kit, '104', { default: [{ savedName: later.name, displayName: 'later.txt' }] })
         expect(retry.status).toBe(200)
         const after = (await (await kit.call(`${API}/attach/demo/104/default`)).json()).default
@@ -364,7 +390,7 @@ for (const dialect of DIALECTS) {
           ],
         })
         expect((await res2.json()).failures).toHaveLength(2)
-        expect((await (await kit.call(`${API}/attach/demo/105/default/_count`)).json())).toBe(0)
+        expect(await (await kit.call(`${API}/attach/demo/105/default/_count`)).json()).toBe(0)
       })
 
       it('answers 400 to malformed JSON, a non-object bag, unknown categories and a foreign refDomain', async () => {
@@ -396,7 +422,10 @@ for (const dialect of DIALECTS) {
       it('places files by the entity date, the month taken in the business time zone', async () => {
         const seoul = await makeKit(dialect, { config: { timeZone: 'Asia/Seoul' } })
         try {
-          for (const [k, tz] of [[kit, 'UTC'], [seoul, 'Asia/Seoul']] as const) {
+          for (const [k, tz] of [
+            [kit, 'UTC'],
+            [seoul, 'Asia/Seoul'],
+          ] as const) {
             const t = await tmpUpload(k, text('entity file'), 'e.txt', [], '9')
             // 2024-01-31T20:00Z is still January in UTC, already February 1st in Seoul (UTC+9).
             const list = await k.storage.commitAttachContainer({
@@ -491,7 +520,11 @@ for (const dialect of DIALECTS) {
           const t = await tmpUpload(kit, text(content!), `${content}.txt`)
           bag.default!.push({ savedName: t.name, displayName: `${content}.txt`, ext, fmetaValue: content === 'three' ? 'm3' : null })
         }
-        const img = await kit.upload(`${API}/attach/tmp`, [['refDomain', 'demo'], ['refCategory', 'image'], ['file', await png(), 'p.png']])
+        const img = await kit.upload(`${API}/attach/tmp`, [
+          ['refDomain', 'demo'],
+          ['refCategory', 'image'],
+          ['file', await png(), 'p.png'],
+        ])
         bag.image!.push({ savedName: (await img.json()).files[0].name })
         const res = await save(kit, '300', bag)
         ids = (await res.json()).attachList.map((r: any) => r.id)
@@ -509,7 +542,8 @@ for (const dialect of DIALECTS) {
         expect(bag.private).toEqual([])
       })
       it('filters by ext, extAlt (priority, else the first) and fmetaValue', async () => {
-        const get = async (q: string) => (await (await kit.call(`${API}/attach/demo/300/default?${q}`)).json()).default.map((r: any) => r.displayName)
+        const get = async (q: string) =>
+          (await (await kit.call(`${API}/attach/demo/300/default?${q}`)).json()).default.map((r: any) => r.displayName)
         expect(await get('ext=en')).toEqual(['two.txt', 'three.txt'])
         expect(await get('extAlt=fr:ko:en')).toEqual(['one.txt'])
         expect(await get('extAlt=fr:de')).toEqual(['one.txt'])
@@ -556,7 +590,19 @@ for (const dialect of DIALECTS) {
         const id = ids[0]!
         let res = await kit.call(`${API}/attach/`, {
           method: 'PUT',
-          body: JSON.stringify([{ id, displayName: 'renamed.txt', ext: 'x', savedName: 'evil', savedDir: '/etc/', fileSize: 1, fileType: 'text/html', createdBy: 1, createdDt: '2000-01-01T00:00:00.000Z' }]),
+          body: JSON.stringify([
+            {
+              id,
+              displayName: 'renamed.txt',
+              ext: 'x',
+              savedName: 'evil',
+              savedDir: '/etc/',
+              fileSize: 1,
+              fileType: 'text/html',
+              createdBy: 1,
+              createdDt: '2000-01-01T00:00:00.000Z',
+            },
+          ]),
         })
         expect(await res.json()).toEqual({ success: true, count: 1 })
         const r = await kit.storage.repository.findById(id)
@@ -573,7 +619,7 @@ for (const dialect of DIALECTS) {
           expect(res.status, body).toBe(400)
         }
       })
-      it('refuses to delete another user\'s records (403, nothing deleted)', async () => {
+      it("refuses to delete another user's records (403, nothing deleted)", async () => {
         const res = await kit.call(`${API}/attach`, { method: 'POST', body: JSON.stringify([{ id: ids[0] }, { id: ids[1] }]), user: '8' })
         expect(res.status).toBe(403)
         expect((await res.json()).code).toBe('forbidden')
@@ -592,7 +638,11 @@ for (const dialect of DIALECTS) {
       beforeAll(async () => {
         const t = await tmpUpload(kit, text('public bytes'), '보고서 résumé.txt')
         pub = (await (await save(kit, '400', { default: [{ savedName: t.name, displayName: '보고서 résumé.txt' }] })).json()).attachList[0]
-        const p = await kit.upload(`${API}/attach/tmp`, [['refDomain', 'demo'], ['refCategory', 'private'], ['file', text('secret bytes'), 's.txt']])
+        const p = await kit.upload(`${API}/attach/tmp`, [
+          ['refDomain', 'demo'],
+          ['refCategory', 'private'],
+          ['file', text('secret bytes'), 's.txt'],
+        ])
         const pn = (await p.json()).files[0].name
         priv = (await (await save(kit, '400', { private: [{ savedName: pn }] })).json()).attachList[0]
       })
@@ -637,14 +687,22 @@ for (const dialect of DIALECTS) {
         }
       })
       it('counts a throwing secure-access function as a refusal (403 JSON)', async () => {
-        const t = await kit.upload(`${API}/attach/tmp`, [['refDomain', 'demo'], ['refCategory', 'throws'], ['file', text('x'), 'x.txt']])
+        const t = await kit.upload(`${API}/attach/tmp`, [
+          ['refDomain', 'demo'],
+          ['refCategory', 'throws'],
+          ['file', text('x'), 'x.txt'],
+        ])
         const name = (await t.json()).files[0].name
         const res = await get(`/attach-temp/view/demo/throws/${name}`)
         expect(res.status).toBe(403)
         expect((await res.json()).code).toBe('forbidden')
       })
       it('previews temporary files with the synthetic description, only in their own category', async () => {
-        const t = await kit.upload(`${API}/attach/tmp`, [['refDomain', 'demo'], ['refCategory', 'private'], ['file', text('tmp secret'), 't.txt']])
+        const t = await kit.upload(`${API}/attach/tmp`, [
+          ['refDomain', 'demo'],
+          ['refCategory', 'private'],
+          ['file', text('tmp secret'), 't.txt'],
+        ])
         const name = (await t.json()).files[0].name
         expect((await get(`/attach-temp/view/demo/private/${name}`)).status).toBe(403)
         const ok = await get(`/attach-temp/view/demo/private/${name}?access_token=${await token('123')}`)
@@ -755,7 +813,10 @@ for (const dialect of DIALECTS) {
         expect(await small.files(small.tmpDir)).toEqual([])
       })
       it('answers 413 to a JSON body over the limit', async () => {
-        const res = await small.call(`${API}/attach/demo/1`, { method: 'POST', body: JSON.stringify({ default: [], pad: 'x'.repeat(3 * 1024 * 1024) }) })
+        const res = await small.call(`${API}/attach/demo/1`, {
+          method: 'POST',
+          body: JSON.stringify({ default: [], pad: 'x'.repeat(3 * 1024 * 1024) }),
+        })
         expect(res.status).toBe(413)
       })
     })

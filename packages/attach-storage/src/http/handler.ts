@@ -64,7 +64,12 @@ export function createAttachHandler(storage: AttachStorage): AttachHandler {
   }
 
   /** One group: the path below its prefix, who is asking, then the route. */
-  function group(prefix: string, router: Router, who: (request: Request, url: URL) => Promise<AccessContext>, headAsGet: boolean): FetchHandler {
+  function group(
+    prefix: string,
+    router: Router,
+    who: (request: Request, url: URL) => Promise<AccessContext>,
+    headAsGet: boolean,
+  ): FetchHandler {
     return async (request) => {
       try {
         if (!storage.config.enabled) throw notFound('Attachment storage is disabled')
@@ -83,7 +88,7 @@ export function createAttachHandler(storage: AttachStorage): AttachHandler {
 
   const api = group(apiPrefix, apiRouter, async (request) => ({ user: await authenticate(request), request }), false)
   const assets = group(assetsPrefix, assetRouter, async (request, url) => ({ user: null, request, signature: signatureOf(url) }), true)
-  const under = (pathname: string, prefix: string) => pathname === prefix || pathname.startsWith(prefix + '/')
+  const under = (pathname: string, prefix: string) => pathname === prefix || pathname.startsWith(`${prefix}/`)
 
   return {
     api,

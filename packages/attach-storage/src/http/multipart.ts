@@ -37,8 +37,7 @@ function drainSkippedParts(bb: InstanceType<typeof Busboy>): void {
   if (!(parser instanceof EventEmitter)) return
   parser.on('part', (part: Readable) => {
     part.on('header', () => {
-      if (part.listenerCount('data') > 0) return
-      // Emit each chunk at once (as busboy does for the parts it reads) instead of buffering it.
+      if (part.listenerCount('data') > 0) return // Emit each chunk at once (as busboy does for the parts it reads) instead of buffering it.
       ;(part as unknown as { _readableState: { sync: boolean } })._readableState.sync = false
       part.on('data', () => {})
     })

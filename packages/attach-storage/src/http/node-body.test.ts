@@ -2,7 +2,11 @@ import { Readable } from 'node:stream'
 import { describe, expect, it } from 'vitest'
 import { nodeBodyOf, streamResponse } from './node-body.js'
 
-const source = (parts: string[]) => Readable.from(parts.map((p) => Buffer.from(p)), { objectMode: false })
+const source = (parts: string[]) =>
+  Readable.from(
+    parts.map((p) => Buffer.from(p)),
+    { objectMode: false },
+  )
 
 describe('streamResponse', () => {
   it('streams the Node stream as the Web body, exactly, and then no longer offers the Node stream', async () => {

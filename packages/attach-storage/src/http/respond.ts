@@ -58,4 +58,3 @@ export async function readJson(request: Request, limit = JSON_LIMIT): Promise<un
     throw badRequest('The body is not valid JSON')
   }
 }
-

@@ -7,7 +7,12 @@ import { defineRoute, Router, segmentsBelow, type RouteEnv } from './router.js'
 const echo = (name: string) => async (input: unknown) => Response.json({ name, input })
 
 const routes = [
-  defineRoute({ method: 'GET', path: 'a/:id', params: v.object({ id: v.pipe(v.string(), v.regex(/^\d+$/), v.transform(Number)) }), handle: echo('by-id') }),
+  defineRoute({
+    method: 'GET',
+    path: 'a/:id',
+    params: v.object({ id: v.pipe(v.string(), v.regex(/^\d+$/), v.transform(Number)) }),
+    handle: echo('by-id'),
+  }),
   defineRoute({ method: 'GET', path: 'a/:name', handle: echo('by-name') }),
   defineRoute({ method: 'GET', path: 'b/:x/:y?', handle: echo('optional') }),
   defineRoute({ method: 'GET', path: 'c/*rest', handle: echo('rest') }),
@@ -22,13 +27,22 @@ const routes = [
 ]
 const router = new Router(routes)
 
-const env = (request: Request): RouteEnv => ({ request, url: new URL(request.url), access: { user: null, request }, storage: undefined as never, ctx: undefined as never })
+const env = (request: Request): RouteEnv => ({
+  request,
+  url: new URL(request.url),
+  access: { user: null, request },
+  storage: undefined as never,
+  ctx: undefined as never,
+})
 
 async function call(method: string, path: string, init: RequestInit = {}, headAsGet = false) {
   const request = new Request(`http://x/${path}`, { method, ...init })
   const found = router.match(method, path.split('?')[0]!.split('/'), headAsGet)
   if (!found) return undefined
-  return (await (await router.run(found, new URL(request.url), env(request))).json()) as { name: string; input: { params: unknown; query: unknown; body: unknown } }
+  return (await (await router.run(found, new URL(request.url), env(request))).json()) as {
+    name: string
+    input: { params: unknown; query: unknown; body: unknown }
+  }
 }
 
 describe('the router', () => {
@@ -55,7 +69,10 @@ describe('the router', () => {
   })
 
   it('hands the handler the query and the JSON body as their schemas output them', async () => {
-    const res = await call('POST', 'e?n=7&n=8&extra=1', { body: JSON.stringify({ ids: [1, 2], other: true }), headers: { 'content-type': 'application/json' } })
+    const res = await call('POST', 'e?n=7&n=8&extra=1', {
+      body: JSON.stringify({ ids: [1, 2], other: true }),
+      headers: { 'content-type': 'application/json' },
+    })
     expect(res).toEqual({ name: 'validated', input: { params: {}, query: { n: '7' }, body: { ids: [1, 2] } } })
   })
 

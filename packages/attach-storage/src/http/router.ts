@@ -34,7 +34,11 @@ export interface RouteInput<P, Q, B> {
 type Out<S> = S extends v.GenericSchema ? v.InferOutput<S> : undefined
 
 /** One route of a group. */
-export interface Route<P extends v.GenericSchema | undefined = any, Q extends v.GenericSchema | undefined = any, B extends v.GenericSchema | undefined = any> {
+export interface Route<
+  P extends v.GenericSchema | undefined = any,
+  Q extends v.GenericSchema | undefined = any,
+  B extends v.GenericSchema | undefined = any,
+> {
   readonly method: 'GET' | 'POST' | 'PUT'
   /**
    * The path below the group's prefix, segment by segment: a literal, `:name` (one segment), `:name?`
@@ -51,9 +55,11 @@ export interface Route<P extends v.GenericSchema | undefined = any, Q extends v.
 }
 
 /** Declares a route; the handler's input types follow from its schemas. */
-export function defineRoute<P extends v.GenericSchema | undefined = undefined, Q extends v.GenericSchema | undefined = undefined, B extends v.GenericSchema | undefined = undefined>(
-  route: Route<P, Q, B>,
-): Route<P, Q, B> {
+export function defineRoute<
+  P extends v.GenericSchema | undefined = undefined,
+  Q extends v.GenericSchema | undefined = undefined,
+  B extends v.GenericSchema | undefined = undefined,
+>(route: Route<P, Q, B>): Route<P, Q, B> {
   return route
 }
 
@@ -125,7 +131,7 @@ function firstValues(params: URLSearchParams): Record<string, string> {
 
 /** The percent-decoded segments of `pathname` below `prefix`, or undefined when it is not under it (400 on bad escapes). */
 export function segmentsBelow(pathname: string, prefix: string): string[] | undefined {
-  if (pathname !== prefix && !pathname.startsWith(prefix + '/')) return undefined
+  if (pathname !== prefix && !pathname.startsWith(`${prefix}/`)) return undefined
   const parts = pathname.slice(prefix.length).split('/').slice(1)
   try {
     return parts.map((p) => decodeURIComponent(p))

@@ -16,10 +16,7 @@ export function contentDisposition(type: 'inline' | 'attachment', fileName: stri
     .normalize('NFC')
     .replace(/[^\x20-\x7e]/g, '_')
     .replace(/["\\]/g, '_')
-  const encoded = encodeURIComponent(fileName).replace(
-    /['()*]/g,
-    (c) => '%' + c.charCodeAt(0).toString(16).toUpperCase(),
-  )
+  const encoded = encodeURIComponent(fileName).replace(/['()*]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`)
   return `${type}; filename="${fallback}"; filename*=UTF-8''${encoded}`
 }
 
@@ -84,10 +81,7 @@ export async function serveFile(request: Request, target: ServeTarget, action: '
   headers.set('accept-ranges', 'bytes')
   if (active) headers.set('content-security-policy', "default-src 'none'; sandbox")
   const scope = target.private ? 'private' : 'public'
-  headers.set(
-    'cache-control',
-    target.cache === 'immutable' ? `${scope}, max-age=31536000, immutable` : `${scope}, no-cache`,
-  )
+  headers.set('cache-control', target.cache === 'immutable' ? `${scope}, max-age=31536000, immutable` : `${scope}, no-cache`)
   if (target.etag) headers.set('etag', quoteEtag(target.etag))
   if (target.vary) headers.set('vary', target.vary)
   if (target.lastModified && target.cache === 'immutable') headers.set('last-modified', target.lastModified.toUTCString())

@@ -11,7 +11,6 @@ import { makeKit, saveFile, token, type Kit } from './test-kit.js'
 const API = '/api/storage'
 const ASSETS = '/assets/storage'
 
-
 const jpeg = async (width: number, height: number, orientation?: number) => {
   let img = sharp({ create: { width, height, channels: 3, background: { r: 10, g: 120, b: 200 } } }).jpeg()
   if (orientation) img = img.withMetadata({ orientation })
@@ -168,10 +167,18 @@ describe('serving', () => {
     })
     it('never resizes temporary or direct files', async () => {
       const img = await jpeg(300, 200)
-      const up = await kit.upload(`${API}/attach/tmp`, [['refDomain', 'demo'], ['refCategory', 'image'], ['file', img, 'x.jpg']])
+      const up = await kit.upload(`${API}/attach/tmp`, [
+        ['refDomain', 'demo'],
+        ['refCategory', 'image'],
+        ['file', img, 'x.jpg'],
+      ])
       const name = (await up.json()).files[0].name
       expect(await size(await get(`/attach-temp/view/demo/image/${name}?w=10`))).toEqual([300, 200, 'jpeg'])
-      const d = await kit.upload(`${API}/attach/direct`, [['refDomain', 'demo'], ['refCategory', 'image'], ['files', img, 'd.jpg']])
+      const d = await kit.upload(`${API}/attach/direct`, [
+        ['refDomain', 'demo'],
+        ['refCategory', 'image'],
+        ['files', img, 'd.jpg'],
+      ])
       const url = (await d.json()).files[0].url
       const res = await kit.handler.fetch(new Request(`http://x${url}&w=10`))
       expect(await size(res)).toEqual([300, 200, 'jpeg'])
@@ -318,7 +325,17 @@ print(json.dumps({"bad": bad, "entries": [{"name": i.filename, "utf8": bool(i.fl
     })
     it('refuses bad ZIP requests with 400', async () => {
       const many = Array.from({ length: 501 }, (_, i) => i + 1)
-      for (const body of [{}, { ids: [] }, { ids: ['1'] }, { ids: [1.5] }, { ids: [-1] }, { ids: many }, { ids: [1], title: 5 }, '{', '[1,2]']) {
+      for (const body of [
+        {},
+        { ids: [] },
+        { ids: ['1'] },
+        { ids: [1.5] },
+        { ids: [-1] },
+        { ids: many },
+        { ids: [1], title: 5 },
+        '{',
+        '[1,2]',
+      ]) {
         const res = await zip(body)
         expect(res.status, JSON.stringify(body)).toBe(400)
         expect((await res.json()).code).toBe('bad-request')
@@ -336,7 +353,11 @@ print(json.dumps({"bad": bad, "entries": [{"name": i.filename, "utf8": bool(i.fl
     it('dnd answers {uploaded: 1, fileName, url} and the url serves the image', async () => {
       const res = await editor('dnd', await jpeg(30, 20), '그림.jpg')
       const body = await res.json()
-      expect(body).toEqual({ uploaded: 1, fileName: '그림.jpg', url: expect.stringMatching(new RegExp(`^${ASSETS}/editor/image/default/\\d{4}/\\d{2}/[0-9a-f-]+\\.jpg$`)) })
+      expect(body).toEqual({
+        uploaded: 1,
+        fileName: '그림.jpg',
+        url: expect.stringMatching(new RegExp(`^${ASSETS}/editor/image/default/\\d{4}/\\d{2}/[0-9a-f-]+\\.jpg$`)),
+      })
       const img = await kit.handler.fetch(new Request(`http://x${body.url}`))
       expect(img.status).toBe(200)
       expect(img.headers.get('content-type')).toBe('image/jpeg')
@@ -350,7 +371,9 @@ print(json.dumps({"bad": bad, "entries": [{"name": i.filename, "utf8": bool(i.fl
       const res = await editor('modal', new Blob(['no']), '</script><script>alert(1)</script>.txt', '?CKEditorFuncNum=12')
       expect(res.headers.get('content-type')).toBe('text/html; charset=utf-8')
       const html = await res.text()
-      expect(html).toMatch(/^<!DOCTYPE html><html><body><script>window\.parent\.CKEDITOR\.tools\.callFunction\(12, "", ".*"\);<\/script><\/body><\/html>$/)
+      expect(html).toMatch(
+        /^<!DOCTYPE html><html><body><script>window\.parent\.CKEDITOR\.tools\.callFunction\(12, "", ".*"\);<\/script><\/body><\/html>$/,
+      )
       expect(html.match(/<script>/g)).toHaveLength(1)
       const inner = html.slice(html.indexOf('<script>') + 8, html.lastIndexOf('</script>'))
       expect(inner).not.toMatch(/[<>]/)
@@ -369,7 +392,12 @@ print(json.dumps({"bad": bad, "entries": [{"name": i.filename, "utf8": bool(i.fl
     })
     it('requires authentication and refuses traversal on the image route', async () => {
       expect((await editor('dnd', await jpeg(10, 10), 'a.jpg', '', null)).status).toBe(401)
-      for (const p of ['/editor/image/default/2026/01/..%2F..%2Fetc%2Fpasswd', '/editor/image/../../etc/passwd', '/editor/image/default/x/y/z.jpg', '/editor/image/default/2026/01']) {
+      for (const p of [
+        '/editor/image/default/2026/01/..%2F..%2Fetc%2Fpasswd',
+        '/editor/image/../../etc/passwd',
+        '/editor/image/default/x/y/z.jpg',
+        '/editor/image/default/2026/01',
+      ]) {
         const res = await get(p)
         expect([400, 404], p).toContain(res.status)
       }

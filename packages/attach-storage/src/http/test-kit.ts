@@ -33,11 +33,7 @@ export interface Kit {
   /** Every file under a directory, as relative paths. */
   files(dir?: string): Promise<string[]>
   call(path: string, init?: RequestInit & { user?: string | null }): Promise<Response>
-  upload(
-    path: string,
-    parts: Array<[string, string | Blob, string?]>,
-    user?: string | null,
-  ): Promise<Response>
+  upload(path: string, parts: Array<[string, string | Blob, string?]>, user?: string | null): Promise<Response>
   cleanup(): Promise<void>
 }
 
@@ -152,13 +148,19 @@ export async function makeKit(
 /** A tiny valid PNG of the given size. */
 export async function png(width = 4, height = 3): Promise<Blob> {
   const sharp = (await import('sharp')).default
-  const buf = await sharp({ create: { width, height, channels: 3, background: { r: 200, g: 10, b: 10 } } }).png().toBuffer()
+  const buf = await sharp({ create: { width, height, channels: 3, background: { r: 200, g: 10, b: 10 } } })
+    .png()
+    .toBuffer()
   return new Blob([new Uint8Array(buf)], { type: 'image/png' })
 }
 
 /** Temporary upload then confirmed save of one file into `demo/{refKey}/{refCategory}`; answers its record. */
 export async function saveFile(kit: Kit, blob: Blob, name: string, refKey: string, refCategory = 'default'): Promise<any> {
-  const up = await kit.upload('/api/storage/attach/tmp', [['refDomain', 'demo'], ['refCategory', refCategory], ['file', blob, name]])
+  const up = await kit.upload('/api/storage/attach/tmp', [
+    ['refDomain', 'demo'],
+    ['refCategory', refCategory],
+    ['file', blob, name],
+  ])
   const item = (await up.json()).files[0]
   if (!item?.name) throw new Error(`temporary upload failed: ${JSON.stringify(item)}`)
   const res = await kit.call(`/api/storage/attach/demo/${refKey}`, {

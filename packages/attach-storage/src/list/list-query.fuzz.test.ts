@@ -40,8 +40,26 @@ interface Row {
 }
 
 const TITLES = [
-  'Report 100% done', 'snake_case', 'back\\slash', 'bang! title', "O'Brien", "' OR 1=1 --", 'a; DROP TABLE items; --',
-  '%', '_', '!', '!%', 'Ünïcödé', '日本語', '\u{1f600} emoji', '', ' ', 'null', 'NULL', '"quoted"', 'line\nbreak',
+  'Report 100% done',
+  'snake_case',
+  'back\\slash',
+  'bang! title',
+  "O'Brien",
+  "' OR 1=1 --",
+  'a; DROP TABLE items; --',
+  '%',
+  '_',
+  '!',
+  '!%',
+  'Ünïcödé',
+  '日本語',
+  '\u{1f600} emoji',
+  '',
+  ' ',
+  'null',
+  'NULL',
+  '"quoted"',
+  'line\nbreak',
 ]
 const N = 60
 const BASE = Date.parse('2025-01-01T00:00:00.000Z')
@@ -50,7 +68,7 @@ const ROWS: Row[] = Array.from({ length: N }, (_, k) => {
   return {
     id: i,
     title: TITLES[i % TITLES.length]! + (i % 3 === 0 ? '' : ` ${i}`),
-    score: (i * 7) % 11 - 5,
+    score: ((i * 7) % 11) - 5,
     rating: ((i * 3) % 8) * 0.25,
     pinned: i % 4 === 0 ? 1 : 0,
     created_dt: new Date(BASE + ((i * 37) % N) * 3_600_000).toISOString(),
@@ -78,7 +96,15 @@ const scalar = fc.oneof(
   fc.constantFrom(...TITLES),
   fc.string({ maxLength: 10 }),
   fc.constantFrom('5', '-3', '1.5', '1e3', '0x10', ' 5', '5 ', '99999999999999999', 'true', '1', '0'),
-  fc.constantFrom('2025-01-02', '2025-01-02T03:00:00Z', '2025-01-02T03:00:00+09:00', '2025-02-30', '2025-01-02T03:00:00', '0000-01-01', '9999-12-31T23:59:59-23:59'),
+  fc.constantFrom(
+    '2025-01-02',
+    '2025-01-02T03:00:00Z',
+    '2025-01-02T03:00:00+09:00',
+    '2025-02-30',
+    '2025-01-02T03:00:00',
+    '0000-01-01',
+    '9999-12-31T23:59:59-23:59',
+  ),
 )
 const value = fc.oneof(
   { weight: 5, arbitrary: scalar },
@@ -103,27 +129,60 @@ const typedValue: Record<string, fc.Arbitrary<unknown>> = {
       ),
     ),
 }
-const typedCond = fc.constantFrom(...Object.keys(provider.fields)).chain((field) =>
-  fc.constantFrom(...provider.fields[field]!.ops).chain((op) =>
-    (op === 'in' ? fc.array(typedValue[field]!, { maxLength: 4 }) : typedValue[field]!).map((val) => ({ field, op, val })),
-  ),
-)
+const typedCond = fc
+  .constantFrom(...Object.keys(provider.fields))
+  .chain((field) =>
+    fc
+      .constantFrom(...provider.fields[field]!.ops)
+      .chain((op) =>
+        (op === 'in' ? fc.array(typedValue[field]!, { maxLength: 4 }) : typedValue[field]!).map((val) => ({ field, op, val })),
+      ),
+  )
 const cond = fc.oneof({ weight: 3, arbitrary: typedCond }, { weight: 1, arbitrary: anyCond })
 const qText = fc.oneof(
   { weight: 12, arbitrary: fc.array(cond, { maxLength: 5 }).map((conds) => JSON.stringify({ conds })) },
   { weight: 1, arbitrary: fc.jsonValue({ maxDepth: 3 }).map((v) => JSON.stringify(v)) },
   { weight: 1, arbitrary: fc.string({ maxLength: 30 }) },
-  { weight: 1, arbitrary: fc.constantFrom('', ' ', '{"conds":[]}', '{"conds":null}', '{conds:[]}', JSON.stringify({ conds: Array(101).fill({ field: 'id', op: 'eq', val: 1 }) })) },
+  {
+    weight: 1,
+    arbitrary: fc.constantFrom(
+      '',
+      ' ',
+      '{"conds":[]}',
+      '{"conds":null}',
+      '{conds:[]}',
+      JSON.stringify({ conds: Array(101).fill({ field: 'id', op: 'eq', val: 1 }) }),
+    ),
+  },
 )
 const intText = fc.oneof(
   { weight: 6, arbitrary: fc.integer({ min: 1, max: 8 }).map(String) },
   { weight: 1, arbitrary: fc.integer({ min: -5, max: 5000 }).map(String) },
-  { weight: 1, arbitrary: fc.constantFrom('', '0', '-1', '1.5', '1e3', '+2', ' 2', 'x', '007', '9007199254740993', '99999999999999999999999', '0x10', '２') },
+  {
+    weight: 1,
+    arbitrary: fc.constantFrom(
+      '',
+      '0',
+      '-1',
+      '1.5',
+      '1e3',
+      '+2',
+      ' 2',
+      'x',
+      '007',
+      '9007199254740993',
+      '99999999999999999999999',
+      '0x10',
+      '２',
+    ),
+  },
 )
-const sortEntry = fc.tuple(
-  fc.oneof(fc.constantFrom(...Object.keys(provider.sortable), 'owner', '__proto__', 'id;drop'), fc.string({ maxLength: 6 })),
-  fc.constantFrom('', ':asc', ':desc', ':DESC', ':sideways', ':', '::asc'),
-).map(([f, d]) => f + d)
+const sortEntry = fc
+  .tuple(
+    fc.oneof(fc.constantFrom(...Object.keys(provider.sortable), 'owner', '__proto__', 'id;drop'), fc.string({ maxLength: 6 })),
+    fc.constantFrom('', ':asc', ':desc', ':DESC', ':sideways', ':', '::asc'),
+  )
+  .map(([f, d]) => f + d)
 const sortBy = fc.array(sortEntry, { maxLength: 4 }).map((e) => e.join(','))
 
 const listParams = fc
@@ -190,7 +249,13 @@ function model(request: ReturnType<typeof parseListRequest>, enforceAlice: boole
     for (const o of order) {
       const x = key(a[o.column])
       const y = key(b[o.column])
-      const c = Buffer.isBuffer(x) ? Buffer.compare(x, y as Buffer) : (x as number) < (y as number) ? -1 : (x as number) > (y as number) ? 1 : 0
+      const c = Buffer.isBuffer(x)
+        ? Buffer.compare(x, y as Buffer)
+        : (x as number) < (y as number)
+          ? -1
+          : (x as number) > (y as number)
+            ? 1
+            : 0
       if (c !== 0) return o.dir === 'asc' ? c : -c
     }
     return 0
@@ -287,22 +352,21 @@ describe('list query under fuzzing (SQLite)', () => {
 
   it('walking every page gives the whole list once, in order (300 cases)', async () => {
     await fc.assert(
-      fc.asyncProperty(
-        fc.array(cond, { maxLength: 3 }),
-        sortBy,
-        fc.integer({ min: 1, max: 25 }),
-        async (conds, sort, perPage) => {
-          const base = { q: JSON.stringify({ conds }), sortBy: sort, dataPerPage: String(perPage), _usePaging: 'true' }
-          const all = await runList(query(), provider, parseListRequest(new URLSearchParams({ ...base, _usePaging: 'false' }), provider))
-          const walked: number[] = []
-          for (let page = 1; page <= Math.ceil(all.rows.length / perPage) + 1; page++) {
-            const r = await runList(query(), provider, parseListRequest(new URLSearchParams({ ...base, currentPage: String(page) }), provider))
-            expect(r.total).toBe(all.rows.length)
-            walked.push(...r.rows.map((x) => Number(x.id)))
-          }
-          expect(walked).toEqual(all.rows.map((x) => Number(x.id)))
-        },
-      ),
+      fc.asyncProperty(fc.array(cond, { maxLength: 3 }), sortBy, fc.integer({ min: 1, max: 25 }), async (conds, sort, perPage) => {
+        const base = { q: JSON.stringify({ conds }), sortBy: sort, dataPerPage: String(perPage), _usePaging: 'true' }
+        const all = await runList(query(), provider, parseListRequest(new URLSearchParams({ ...base, _usePaging: 'false' }), provider))
+        const walked: number[] = []
+        for (let page = 1; page <= Math.ceil(all.rows.length / perPage) + 1; page++) {
+          const r = await runList(
+            query(),
+            provider,
+            parseListRequest(new URLSearchParams({ ...base, currentPage: String(page) }), provider),
+          )
+          expect(r.total).toBe(all.rows.length)
+          walked.push(...r.rows.map((x) => Number(x.id)))
+        }
+        expect(walked).toEqual(all.rows.map((x) => Number(x.id)))
+      }),
       params(300),
     )
   })

@@ -1,7 +1,7 @@
 import { type Kysely, sql } from 'kysely'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { DIALECTS, openTestDatabase, type TestDatabase } from '../../../../test/databases.js'
-import { AttachStorageError, isAttachError } from '../errors.js'
+import { type AttachStorageError, isAttachError } from '../errors.js'
 import {
   coerceValue,
   containsPattern,
@@ -131,9 +131,9 @@ describe('parseListRequest', () => {
       { field: 'createdDt', direction: 'asc' },
       { field: 'title', direction: 'asc' },
     ])
-    expect(
-      parse({ sortBy: 'nope:asc,owner:desc,score:sideways,constructor:asc,__proto__:asc,toString,id:desc,id:asc' }).sort,
-    ).toEqual([{ field: 'id', direction: 'desc' }])
+    expect(parse({ sortBy: 'nope:asc,owner:desc,score:sideways,constructor:asc,__proto__:asc,toString,id:desc,id:asc' }).sort).toEqual([
+      { field: 'id', direction: 'desc' },
+    ])
   })
 
   it('answers a q that is not JSON or not {conds: [...]} with 400 and a JSON body', async () => {
@@ -280,8 +280,7 @@ for (const dialect of DIALECTS) {
       const p = options.provider ?? provider
       return runList(items(), p, parseListRequest(new URLSearchParams(params), p), { enforce: options.enforce })
     }
-    const tableCount = async () =>
-      Number((await db.selectFrom('items').select(sql<number>`count(*)`.as('n')).executeTakeFirstOrThrow()).n)
+    const tableCount = async () => Number((await db.selectFrom('items').select(sql<number>`count(*)`.as('n')).executeTakeFirstOrThrow()).n)
 
     it('without _usePaging answers every row, in primary key descending order, without paging headers', async () => {
       const r = await list('')
@@ -458,20 +457,16 @@ for (const dialect of DIALECTS) {
       const mixed = await list({ q: q({ field: 'id', op: 'le', val: 6 }) }, { enforce: ownerIsAlice })
       expect(ids(mixed.rows)).toEqual([5, 4, 2, 1])
       // The enforced column is not on the whitelist: naming it is dropped, never ORed in.
-      const named = await list({ q: q({ field: 'owner', op: 'eq', val: 'bob' }, { field: 'id', op: 'le', val: 6 }) }, { enforce: ownerIsAlice })
+      const named = await list(
+        { q: q({ field: 'owner', op: 'eq', val: 'bob' }, { field: 'id', op: 'le', val: 6 }) },
+        { enforce: ownerIsAlice },
+      )
       expect(ids(named.rows)).toEqual([5, 4, 2, 1])
     })
 
     it('never executes SQL-looking text in field names, operators, sort columns or values', async () => {
       const before = await tableCount()
-      const injections = [
-        'title; DROP TABLE items; --',
-        "' OR 1=1 --",
-        'id) OR (1=1',
-        'id; DELETE FROM items',
-        '"id"',
-        'title" = title --',
-      ]
+      const injections = ['title; DROP TABLE items; --', "' OR 1=1 --", 'id) OR (1=1', 'id; DELETE FROM items', '"id"', 'title" = title --']
       for (const text of injections) {
         const r = await list({
           _usePaging: 'true',
@@ -502,7 +497,10 @@ for (const dialect of DIALECTS) {
         page: 1,
         perPage: 500,
         skipCount: false,
-        sort: [{ field: 'owner', direction: 'asc' }, { field: 'id) OR (1=1', direction: 'asc' }],
+        sort: [
+          { field: 'owner', direction: 'asc' },
+          { field: 'id) OR (1=1', direction: 'asc' },
+        ],
         conds: [
           { field: 'owner', op: 'eq', value: 'bob' },
           { field: 'id', op: 'eq', value: '1 OR 1=1' },
@@ -538,9 +536,14 @@ for (const dialect of DIALECTS) {
     })
 
     it('gives mapRow the row with its positionIdx and keeps it on the mapped row', async () => {
-      const r = await runList(items(), provider, parseListRequest(new URLSearchParams('_usePaging=true&currentPage=3&dataPerPage=4'), provider), {
-        mapRow: (row) => ({ key: `item-${row.id}`, seen: row.positionIdx as number }),
-      })
+      const r = await runList(
+        items(),
+        provider,
+        parseListRequest(new URLSearchParams('_usePaging=true&currentPage=3&dataPerPage=4'), provider),
+        {
+          mapRow: (row) => ({ key: `item-${row.id}`, seen: row.positionIdx as number }),
+        },
+      )
       expect(r.rows).toEqual([
         { key: 'item-52', seen: 9, positionIdx: 9 },
         { key: 'item-51', seen: 10, positionIdx: 10 },
@@ -578,7 +581,8 @@ for (const dialect of DIALECTS) {
       expect(ids(byScore)).toEqual([...ALICE].sort((a, b) => a.score - b.score || a.id - b.id).map((r) => r.id))
 
       const mapped: string[] = []
-      for await (const key of exportAll(items(), provider, { pageSize: 9, mapRow: (row) => `${row.id}@${row.positionIdx}` })) mapped.push(key)
+      for await (const key of exportAll(items(), provider, { pageSize: 9, mapRow: (row) => `${row.id}@${row.positionIdx}` }))
+        mapped.push(key)
       expect(mapped.slice(0, 2)).toEqual(['60@1', '59@2'])
       expect(mapped).toHaveLength(N)
     })

@@ -170,7 +170,7 @@ const Q_SHAPE = 'q must be JSON of the form {"conds": [{"field": "...", "op": ".
 
 const badRequest = (message: string): AttachStorageError => new AttachStorageError('bad-request', message, { status: 400 })
 
-const hasOwn = (record: object, key: string): boolean => Object.prototype.hasOwnProperty.call(record, key)
+const hasOwn = (record: object, key: string): boolean => Object.hasOwn(record, key)
 
 function isPlainObject(value: unknown): value is Record<string, unknown> {
   return typeof value === 'object' && value !== null && !Array.isArray(value)
@@ -242,7 +242,13 @@ function parseSortBy(raw: string, provider: ListProvider): ListSort[] {
     if (trimmed === '') continue
     const colon = trimmed.lastIndexOf(':')
     const field = (colon === -1 ? trimmed : trimmed.slice(0, colon)).trim()
-    const dir = colon === -1 ? 'asc' : trimmed.slice(colon + 1).trim().toLowerCase()
+    const dir =
+      colon === -1
+        ? 'asc'
+        : trimmed
+            .slice(colon + 1)
+            .trim()
+            .toLowerCase()
     if (dir !== 'asc' && dir !== 'desc') continue
     if (!hasOwn(provider.sortable, field) || typeof provider.sortable[field] !== 'string') continue
     if (seen.has(field)) continue
@@ -665,12 +671,16 @@ function keysetPredicate(order: readonly OrderEntry[], cursor: readonly unknown[
   const first = order[0]!
   const alternatives = order.map((o, i) => {
     const parts = order.slice(0, i).map((p, j) => sql<boolean>`${sql.ref(p.column)} = ${cursor[j]}`)
-    parts.push(o.direction === 'asc' ? sql<boolean>`${sql.ref(o.column)} > ${cursor[i]}` : sql<boolean>`${sql.ref(o.column)} < ${cursor[i]}`)
+    parts.push(
+      o.direction === 'asc' ? sql<boolean>`${sql.ref(o.column)} > ${cursor[i]}` : sql<boolean>`${sql.ref(o.column)} < ${cursor[i]}`,
+    )
     return sql<boolean>`(${sql.join(parts, sql` and `)})`
   })
   const any = sql<boolean>`(${sql.join(alternatives, sql` or `)})`
   if (order.length === 1) return any
   const bound =
-    first.direction === 'asc' ? sql<boolean>`${sql.ref(first.column)} >= ${cursor[0]}` : sql<boolean>`${sql.ref(first.column)} <= ${cursor[0]}`
+    first.direction === 'asc'
+      ? sql<boolean>`${sql.ref(first.column)} >= ${cursor[0]}`
+      : sql<boolean>`${sql.ref(first.column)} <= ${cursor[0]}`
   return sql<boolean>`(${bound} and ${any})`
 }

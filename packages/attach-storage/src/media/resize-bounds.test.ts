@@ -13,11 +13,19 @@ import { Resizer } from './resize.js'
 const API = '/api/storage'
 const ASSETS = '/assets/storage'
 
-
 const jpeg = async (width: number, height: number) =>
-  new Blob([new Uint8Array(await sharp({ create: { width, height, channels: 3, background: { r: 10, g: 120, b: 200 } } }).jpeg().toBuffer())], {
-    type: 'image/jpeg',
-  })
+  new Blob(
+    [
+      new Uint8Array(
+        await sharp({ create: { width, height, channels: 3, background: { r: 10, g: 120, b: 200 } } })
+          .jpeg()
+          .toBuffer(),
+      ),
+    ],
+    {
+      type: 'image/jpeg',
+    },
+  )
 
 const dims = async (res: Response) => {
   const m = await sharp(Buffer.from(await res.arrayBuffer())).metadata()
@@ -121,7 +129,14 @@ describe('resize bounds', () => {
     const store = blockingStore()
     // Two resizes run and sixteen wait: the queue is full.
     const held = Array.from({ length: 18 }, (_, i) =>
-      kit.storage.resizer.variant(store, 'orig', `v/${i}`, 'image/jpeg', { w: 10 + i, h: undefined, format: undefined, negotiated: false }, () => {}),
+      kit.storage.resizer.variant(
+        store,
+        'orig',
+        `v/${i}`,
+        'image/jpeg',
+        { w: 10 + i, h: undefined, format: undefined, negotiated: false },
+        () => {},
+      ),
     )
     await new Promise((r) => setTimeout(r, 0))
     expect(kit.storage.resizer.load).toEqual({ active: 2, waiting: 16 })

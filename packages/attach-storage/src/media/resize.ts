@@ -36,7 +36,7 @@ export function isResizable(type: string): boolean {
 
 /** The variant's store key: beside the original, `{savedDir}_v/{id}/{w}x{h}[.{format}]`. */
 export function variantKey(originalDirKey: string, id: number, r: ResizeRequest): string {
-  return `${originalDirKey}_v/${id}/${r.w ?? 0}x${r.h ?? 0}${r.format ? '.' + r.format : ''}`
+  return `${originalDirKey}_v/${id}/${r.w ?? 0}x${r.h ?? 0}${r.format ? `.${r.format}` : ''}`
 }
 
 /** The folder of every variant of one record. */

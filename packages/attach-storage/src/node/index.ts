@@ -77,7 +77,8 @@ function requestUrl(req: IncomingMessage, options: ToWebRequestOptions): string 
       : (req.socket as { encrypted?: boolean } | null)?.encrypted
         ? 'https'
         : 'http'
-  let host = (options.trustProxy ? first(req.headers['x-forwarded-host']) : undefined) ?? req.headers.host ?? first(req.headers[':authority'])
+  let host =
+    (options.trustProxy ? first(req.headers['x-forwarded-host']) : undefined) ?? req.headers.host ?? first(req.headers[':authority'])
   if (!host || !HOST.test(host)) host = 'localhost'
   // Concatenated, never resolved against the origin: a target of `//evil.example/x` stays a path.
   return `${proto}://${host}${path}`
@@ -122,7 +123,8 @@ function streamFrom(source: Readable, owner?: IncomingMessage): ReadableStream<U
         const onEnd = () => settle(() => controller.close())
         const onError = (err: Error) => settle(() => controller.error(err))
         const onClose = () => {
-          if (!source.readableEnded) onError(new AttachStorageError('aborted', 'The client went away before the request body ended', { status: 400 }))
+          if (!source.readableEnded)
+            onError(new AttachStorageError('aborted', 'The client went away before the request body ended', { status: 400 }))
         }
         detach = () => {
           source.off('data', onData)
@@ -132,7 +134,9 @@ function streamFrom(source: Readable, owner?: IncomingMessage): ReadableStream<U
         }
         // The answer went out first: a late reader sees the body fail, never a truncated one end.
         state.release = () =>
-          settle(() => controller.error(new AttachStorageError('aborted', 'The answer was sent before the request body was read', { status: 400 })))
+          settle(() =>
+            controller.error(new AttachStorageError('aborted', 'The answer was sent before the request body was read', { status: 400 })),
+          )
         source.on('data', onData)
         source.once('end', onEnd)
         source.once('error', onError)
@@ -498,7 +502,8 @@ export function frameworkError(err: unknown): AttachStorageError {
 
 /** The JSON answer of {@link answerClientError}: status, code and message by Node's error code. */
 function clientErrorOf(err: NodeJS.ErrnoException): [number, string, AttachErrorCode, string] {
-  if (err.code === 'HPE_HEADER_OVERFLOW') return [431, 'Request Header Fields Too Large', 'headers-too-large', 'The request headers are too large']
+  if (err.code === 'HPE_HEADER_OVERFLOW')
+    return [431, 'Request Header Fields Too Large', 'headers-too-large', 'The request headers are too large']
   if (err.code === 'ERR_HTTP_REQUEST_TIMEOUT') return [408, 'Request Timeout', 'request-timeout', 'The request took too long to arrive']
   return [400, 'Bad Request', 'bad-request', 'The request is not valid HTTP']
 }
@@ -531,9 +536,6 @@ export function answerClientError(err: Error, socket: Duplex): void {
  * @example
  * createServer(createNodeHandler(createAttachHandler(storage).fetch)).listen(3000)
  */
-export function createNodeHandler(
-  fetch: (request: Request) => Response | Promise<Response>,
-  options: NodeBridgeOptions = {},
-): NodeHandler {
+export function createNodeHandler(fetch: (request: Request) => Response | Promise<Response>, options: NodeBridgeOptions = {}): NodeHandler {
   return (req, res) => handleNodeRequest(fetch, req, res, options)
 }

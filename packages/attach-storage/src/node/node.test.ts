@@ -6,7 +6,15 @@ import { connect, type AddressInfo, type Socket } from 'node:net'
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
 import { makeKit, token, type Kit } from '../http/test-kit.js'
 import { AttachStorageError } from '../errors.js'
-import { DRAIN_LIMIT, answerClientError, createNodeHandler, frameworkError, handleNodeRequest, toWebRequest, writeWebResponse } from './index.js'
+import {
+  DRAIN_LIMIT,
+  answerClientError,
+  createNodeHandler,
+  frameworkError,
+  handleNodeRequest,
+  toWebRequest,
+  writeWebResponse,
+} from './index.js'
 
 type Listener = (req: IncomingMessage, res: ServerResponse) => void
 
@@ -43,7 +51,11 @@ describe('toWebRequest / writeWebResponse', () => {
   it('round-trips method, URL, headers, body, status, status text and several Set-Cookie headers', async () => {
     const { base } = await listen(
       createNodeHandler(async (request) => {
-        const headers = new Headers({ 'x-echo-method': request.method, 'x-echo-url': request.url, 'x-echo-multi': request.headers.get('x-multi') ?? '' })
+        const headers = new Headers({
+          'x-echo-method': request.method,
+          'x-echo-url': request.url,
+          'x-echo-multi': request.headers.get('x-multi') ?? '',
+        })
         headers.append('set-cookie', 'a=1; Path=/')
         headers.append('set-cookie', 'b=2; HttpOnly')
         return new Response(`got:${await request.text()}`, { status: 201, statusText: 'Made It', headers })
@@ -107,7 +119,11 @@ describe('toWebRequest / writeWebResponse', () => {
         void handleNodeRequest(async (r) => new Response(`${r.headers.get('content-length')}|${await r.text()}`), req, res)
       })
     })
-    const json = await fetch(base, { method: 'POST', body: JSON.stringify({ a: [1, 'é'] }), headers: { 'content-type': 'application/json' } })
+    const json = await fetch(base, {
+      method: 'POST',
+      body: JSON.stringify({ a: [1, 'é'] }),
+      headers: { 'content-type': 'application/json' },
+    })
     expect(await json.text()).toBe(`${Buffer.byteLength('{"a":[1,"é"]}')}|{"a":[1,"é"]}`)
     const form = await fetch(base, { method: 'POST', body: new URLSearchParams({ x: '1 2', y: 'z' }) })
     expect(await form.text()).toBe('9|x=1+2&y=z')
@@ -226,7 +242,11 @@ describe('client aborts through the attach handler', () => {
     const fd = new FormData()
     fd.set('refDomain', 'demo')
     fd.set('file', new Blob(['bridged bytes']), 'b.txt')
-    const res = await fetch(`${base}/api/storage/attach/tmp`, { method: 'POST', body: fd, headers: { authorization: `Bearer ${await token('7')}` } })
+    const res = await fetch(`${base}/api/storage/attach/tmp`, {
+      method: 'POST',
+      body: fd,
+      headers: { authorization: `Bearer ${await token('7')}` },
+    })
     expect(res.status).toBe(200)
     const item = (await res.json()).files[0]
     const view = await fetch(`${base}/assets/storage/attach-temp/view/demo/default/${item.name}`)
@@ -287,7 +307,10 @@ describe('an answer sent before the request body was read', () => {
   // A handler that refuses before reading, the way an authentication check does.
   const refuse = async () => new AttachStorageError('unauthorized', 'no', { status: 401 }).toResponse()
   const next = 'GET /next HTTP/1.1\r\nhost: x\r\n\r\n'
-  const post = (size: number) => [`POST /p HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: ${size}\r\n\r\n`, Buffer.alloc(size, 32)]
+  const post = (size: number) => [
+    `POST /p HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: ${size}\r\n\r\n`,
+    Buffer.alloc(size, 32),
+  ]
 
   it('closes the connection after the answer when a large rest is unread (Connection: close), and a new one is served', async () => {
     const { port } = await listen(createNodeHandler(refuse))
@@ -322,7 +345,14 @@ describe('an answer sent before the request body was read', () => {
     let late: Promise<unknown> | undefined
     const { port } = await listen(
       createNodeHandler(async (request) => {
-        setTimeout(() => (late = request.text().then(() => 'read', () => 'failed')), 50)
+        setTimeout(
+          () =>
+            (late = request.text().then(
+              () => 'read',
+              () => 'failed',
+            )),
+          50,
+        )
         return new Response('early', { status: 403 })
       }),
     )
@@ -368,10 +398,26 @@ describe('refusals outside the handlers', () => {
       const e = frameworkError(err)
       return [e.status, e.code, e.message]
     }
-    expect(of(Object.assign(new Error('x'), { status: 400, type: 'entity.parse.failed' }))).toEqual([400, 'bad-request', 'The body is not valid JSON'])
-    expect(of(Object.assign(new Error('x'), { statusCode: 400, code: 'FST_ERR_CTP_INVALID_JSON_BODY' }))).toEqual([400, 'bad-request', 'The body is not valid JSON'])
-    expect(of(Object.assign(new Error('x'), { statusCode: 413, code: 'FST_ERR_CTP_BODY_TOO_LARGE' }))).toEqual([413, 'too-large', 'The request body is too large'])
-    expect(of(Object.assign(new Error('x'), { statusCode: 415 }))).toEqual([415, 'unsupported-media-type', 'The content type is not supported'])
+    expect(of(Object.assign(new Error('x'), { status: 400, type: 'entity.parse.failed' }))).toEqual([
+      400,
+      'bad-request',
+      'The body is not valid JSON',
+    ])
+    expect(of(Object.assign(new Error('x'), { statusCode: 400, code: 'FST_ERR_CTP_INVALID_JSON_BODY' }))).toEqual([
+      400,
+      'bad-request',
+      'The body is not valid JSON',
+    ])
+    expect(of(Object.assign(new Error('x'), { statusCode: 413, code: 'FST_ERR_CTP_BODY_TOO_LARGE' }))).toEqual([
+      413,
+      'too-large',
+      'The request body is too large',
+    ])
+    expect(of(Object.assign(new Error('x'), { statusCode: 415 }))).toEqual([
+      415,
+      'unsupported-media-type',
+      'The content type is not supported',
+    ])
     expect(of(Object.assign(new URIError('x'), { status: 400 }))).toEqual([400, 'bad-request', 'The path is not valid percent-encoding'])
     expect(of(Object.assign(new Error('x'), { statusCode: 404 }))).toEqual([404, 'not-found', 'No such route'])
     expect(of(new Error('boom'))).toEqual([500, 'internal-error', 'An internal error occurred'])

@@ -88,9 +88,7 @@ export class Registry {
     if (!NAME.test(name)) throw configError(`Domain name "${name}" is not a valid name`)
     const stores = this.#storeNames()
     if (!stores.includes(options.store)) {
-      throw configError(
-        `Domain "${name}" names store "${options.store}", which is not declared; declared stores: ${stores.join(', ')}`,
-      )
+      throw configError(`Domain "${name}" names store "${options.store}", which is not declared; declared stores: ${stores.join(', ')}`)
     }
     if (options.mayChange !== undefined && typeof options.mayChange !== 'function') {
       throw configError(`Domain "${name}": mayChange must be a function`)

@@ -240,7 +240,17 @@ for (const dialect of DIALECTS) {
         const now = new Date().toISOString()
         await other.db
           .insertInto(BLOB_TABLE)
-          .values({ store: 'local', saved_dir: '/d/2025/01/1/', saved_name: 'old.bin', file_size: 1, file_type: 'x/y', sha256: SHA, ref_count: 0, created_dt: now, updated_dt: now })
+          .values({
+            store: 'local',
+            saved_dir: '/d/2025/01/1/',
+            saved_name: 'old.bin',
+            file_size: 1,
+            file_type: 'x/y',
+            sha256: SHA,
+            ref_count: 0,
+            created_dt: now,
+            updated_dt: now,
+          })
           .execute()
         await migrateAttachSchema(other.db)
         const row = await other.db.selectFrom(BLOB_TABLE).select(['saved_name', 'tmp_name']).executeTakeFirstOrThrow()
@@ -464,7 +474,10 @@ for (const dialect of DIALECTS) {
 
     it('rejects a metadata update with a wrong type without writing anything', async () => {
       const rec = await attach({ refKey: unique('key') })
-      const bad = [{ id: rec.id, displayName: 'first.pdf' }, { id: rec.id, sort: 'x' as unknown as number }]
+      const bad = [
+        { id: rec.id, displayName: 'first.pdf' },
+        { id: rec.id, sort: 'x' as unknown as number },
+      ]
       await expect(repo.updateMetadata(bad)).rejects.toMatchObject({ code: 'bad-request' })
       expect((await repo.findById(rec.id))?.displayName).toBe('report.pdf')
     })
@@ -655,9 +668,7 @@ for (const dialect of DIALECTS) {
         const reuse = () => repo.createRecord(last.blobId, recInput({ refKey: key, sort: 1 }), { requireLive: true })
         const remove = () => repo.markDeleted([last.id])
         const [reused, deletion] =
-          i % 2 === 0
-            ? await Promise.all([reuse(), remove()])
-            : await Promise.all([remove(), reuse()]).then(([d, r]) => [r, d] as const)
+          i % 2 === 0 ? await Promise.all([reuse(), remove()]) : await Promise.all([remove(), reuse()]).then(([d, r]) => [r, d] as const)
         const blob = await repo.findBlobById(last.blobId)
         const liveOnBlob = await t.db
           .selectFrom(FILE_TABLE)

@@ -223,11 +223,7 @@ export class AttachRepository {
       }
       if (this.#dialect === 'mysql') {
         const result = await trx.insertInto(FILE_TABLE).values(values).executeTakeFirstOrThrow()
-        const row = await trx
-          .selectFrom(FILE_TABLE)
-          .selectAll()
-          .where('id', '=', Number(result.insertId))
-          .executeTakeFirstOrThrow()
+        const row = await trx.selectFrom(FILE_TABLE).selectAll().where('id', '=', Number(result.insertId)).executeTakeFirstOrThrow()
         return mapRecord(row)
       }
       return mapRecord(await trx.insertInto(FILE_TABLE).values(values).returningAll().executeTakeFirstOrThrow())
@@ -307,9 +303,7 @@ export class AttachRepository {
     const wanted = [...new Set(ids.filter(isId))]
     const rows: FileRow[] = []
     for (const part of chunk(wanted, IN_CHUNK)) {
-      rows.push(
-        ...(await this.#db.selectFrom(FILE_TABLE).selectAll().where('id', 'in', part).where('deleted', '=', 0).execute()),
-      )
+      rows.push(...(await this.#db.selectFrom(FILE_TABLE).selectAll().where('id', 'in', part).where('deleted', '=', 0).execute()))
     }
     return rows.map(mapRecord).sort((a, b) => a.id - b.id)
   }
@@ -398,7 +392,8 @@ export class AttachRepository {
    * @throws AttachStorageError `bad-request` (400) when a value has the wrong type; nothing is written
    */
   async updateMetadata(updates: MetadataUpdate[]): Promise<number> {
-    const planned: Array<{ id: number; set: { display_name?: string; ext?: string | null; fmeta_value?: string | null; sort?: number } }> = []
+    const planned: Array<{ id: number; set: { display_name?: string; ext?: string | null; fmeta_value?: string | null; sort?: number } }> =
+      []
     for (const u of updates) {
       if (!isId(u.id)) throw badRequest(`Invalid attachment id ${JSON.stringify(u.id)}`)
       const set: (typeof planned)[number]['set'] = {}
@@ -457,7 +452,10 @@ export class AttachRepository {
         list.push(toNumber(row.id))
         byBlob.set(blobId, list)
       }
-      for (const part of chunk(live.map((r) => toNumber(r.id)), IN_CHUNK)) {
+      for (const part of chunk(
+        live.map((r) => toNumber(r.id)),
+        IN_CHUNK,
+      )) {
         await trx.updateTable(FILE_TABLE).set({ deleted: 1, deleted_dt: now }).where('id', 'in', part).where('deleted', '=', 0).execute()
       }
 

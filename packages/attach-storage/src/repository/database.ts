@@ -1,16 +1,7 @@
 import { mkdirSync } from 'node:fs'
 import { dirname, resolve } from 'node:path'
 import type BetterSqlite3 from 'better-sqlite3'
-import {
-  type ColumnType,
-  Kysely,
-  MysqlAdapter,
-  MysqlDialect,
-  PostgresAdapter,
-  PostgresDialect,
-  SqliteAdapter,
-  SqliteDialect,
-} from 'kysely'
+import { type ColumnType, Kysely, MysqlAdapter, MysqlDialect, PostgresAdapter, PostgresDialect, SqliteAdapter, SqliteDialect } from 'kysely'
 import type Pg from 'pg'
 import { AttachStorageError } from '../errors.js'
 import { NodeSqliteDatabaseAdapter, type NodeSqliteModule, usesNodeSqlite } from './node-sqlite.js'
@@ -87,10 +78,7 @@ export interface AttachDatabase {
  * { type: 'postgres', url: 'postgres://app@db/app' }
  * { type: 'mysql', url: 'mysql://app:secret@db:3306/app' }
  */
-export type DatabaseOptions =
-  | { type: 'sqlite'; file: string }
-  | { type: 'postgres'; url: string }
-  | { type: 'mysql'; url: string }
+export type DatabaseOptions = { type: 'sqlite'; file: string } | { type: 'postgres'; url: string } | { type: 'mysql'; url: string }
 
 /** The SQL dialects the repository knows. */
 export type DialectName = 'sqlite' | 'postgres' | 'mysql'
@@ -129,11 +117,10 @@ async function loadDriver<T>(specifier: string, database: string, load: ImportDr
     mod = (await load(specifier)) as { default?: T } & T
   } catch (cause) {
     if (isModuleNotFound(cause, specifier)) {
-      throw new AttachStorageError(
-        'config-invalid',
-        `${database} support comes with the ${specifier} package: npm install ${specifier}`,
-        { status: 500, cause },
-      )
+      throw new AttachStorageError('config-invalid', `${database} support comes with the ${specifier} package: npm install ${specifier}`, {
+        status: 500,
+        cause,
+      })
     }
     throw new AttachStorageError('config-invalid', `Loading the ${database} driver ${specifier} failed: ${(cause as Error).message}`, {
       status: 500,

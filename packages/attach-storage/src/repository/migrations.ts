@@ -35,7 +35,9 @@ function idColumn(dialect: DialectName): [type: 'integer' | 'bigint', build: (co
  */
 async function mysqlKeyCollation(db: Kysely<any>): Promise<string> {
   const preferred = ['utf8mb4_nopad_bin', 'utf8mb4_0900_bin']
-  const { rows } = await sql<{ name: string }>`select collation_name as name from information_schema.collations where collation_name in (${sql.join(preferred)})`.execute(db)
+  const { rows } = await sql<{
+    name: string
+  }>`select collation_name as name from information_schema.collations where collation_name in (${sql.join(preferred)})`.execute(db)
   const available = new Set(rows.map((r) => r.name))
   return preferred.find((c) => available.has(c)) ?? 'utf8mb4_bin'
 }
@@ -86,12 +88,7 @@ async function createTables(db: Kysely<any>, dialect: DialectName, created: stri
     await db.schema.createIndex('attach_blob_path_uq').on(BLOB_TABLE).column('place_hash').unique().execute()
     await sql`create index attach_blob_path_idx on ${sql.table(BLOB_TABLE)} (store, saved_dir(255), saved_name)`.execute(db)
   } else {
-    await db.schema
-      .createIndex('attach_blob_path_uq')
-      .on(BLOB_TABLE)
-      .columns(['store', 'saved_dir', 'saved_name'])
-      .unique()
-      .execute()
+    await db.schema.createIndex('attach_blob_path_uq').on(BLOB_TABLE).columns(['store', 'saved_dir', 'saved_name']).unique().execute()
   }
   await db.schema.createIndex('attach_blob_dead_idx').on(BLOB_TABLE).columns(['ref_count', 'updated_dt']).execute()
 
@@ -143,7 +140,12 @@ const attachTables: Migration = {
       // migrations outside a transaction, and MySQL commits each DDL statement anyway: drop what this
       // run created, so that it can run again once the cause is fixed.
       if (!db.getExecutor().adapter.supportsTransactionalDdl) {
-        for (const table of created.reverse()) await db.schema.dropTable(table).ifExists().execute().catch(() => {})
+        for (const table of created.reverse())
+          await db.schema
+            .dropTable(table)
+            .ifExists()
+            .execute()
+            .catch(() => {})
       }
       throw err
     }

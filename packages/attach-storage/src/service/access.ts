@@ -6,7 +6,8 @@ import type { ServiceContext } from './context.js'
 import type { AccessContext, FileDescription } from './types.js'
 
 /** True when two user ids name the same user (compared as text; null and undefined name nobody). */
-export const sameUser = (a: unknown, b: unknown) => a !== null && a !== undefined && b !== null && b !== undefined && String(a) === String(b)
+export const sameUser = (a: unknown, b: unknown) =>
+  a !== null && a !== undefined && b !== null && b !== undefined && String(a) === String(b)
 
 /** The file description of a saved record, as the secure-access function sees it. */
 export function describeRecord(r: AttachmentRecord): FileDescription {
@@ -45,7 +46,12 @@ export function syntheticDescription(refDomain: string, refCategory: string, sav
 }
 
 /** The domain's `mayChange` hook (none: any caller); a throw counts as a refusal. */
-export async function mayChangeEntity(ctx: ServiceContext, domain: RegisteredDomain, refKey: string, access: AccessContext): Promise<boolean> {
+export async function mayChangeEntity(
+  ctx: ServiceContext,
+  domain: RegisteredDomain,
+  refKey: string,
+  access: AccessContext,
+): Promise<boolean> {
   if (!domain.mayChange) return true
   try {
     return (await domain.mayChange(access.user, refKey, access.request)) === true
@@ -62,7 +68,12 @@ export function signedFor(ctx: ServiceContext, access: AccessContext, id: number
 }
 
 /** Runs a category's secure-access function; a throw counts as a refusal. No function allows. */
-export async function checkAccess(ctx: ServiceContext, access: AccessContext, category: RegisteredCategory, file: FileDescription): Promise<boolean> {
+export async function checkAccess(
+  ctx: ServiceContext,
+  access: AccessContext,
+  category: RegisteredCategory,
+  file: FileDescription,
+): Promise<boolean> {
   if (!category.secureAccess) return true
   if (!access.request) return false
   try {

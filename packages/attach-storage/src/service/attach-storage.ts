@@ -19,7 +19,15 @@ import * as records from './records.js'
 import * as serving from './serving.js'
 import { UrlSigner } from './signing.js'
 import { createStores } from './stores.js'
-import { type AccessContext, accessOf, type AttachEventHook, type AttachEvents, type Authenticate, type LookupFilters, type Logger } from './types.js'
+import {
+  type AccessContext,
+  accessOf,
+  type AttachEventHook,
+  type AttachEvents,
+  type Authenticate,
+  type LookupFilters,
+  type Logger,
+} from './types.js'
 import * as uploads from './uploads.js'
 import * as zipDownload from './zip.js'
 

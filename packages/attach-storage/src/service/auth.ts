@@ -87,9 +87,7 @@ export function createJwtVerifier(options: JwtOptions): (token: string | undefin
   return async (token) => {
     if (!token) return null
     try {
-      const { payload } = getKey
-        ? await jwtVerify(token, getKey, verifyOptions)
-        : await jwtVerify(token, await key!, verifyOptions)
+      const { payload } = getKey ? await jwtVerify(token, getKey, verifyOptions) : await jwtVerify(token, await key!, verifyOptions)
       if (typeof payload.sub !== 'string' || payload.sub === '') return null
       return { id: userIdOf(payload.sub), claims: payload as Record<string, unknown> }
     } catch {

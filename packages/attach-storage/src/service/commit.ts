@@ -16,7 +16,6 @@ import { type AccessContext, accessOf, type AttachBag, type AttachBagEntry, type
 import { runFilters, transfer } from './uploads.js'
 import { readableViews } from './urls.js'
 
-
 /** The positive integer `id` of an `{id}` object (a `_deleted` or re-sort entry), else undefined. */
 function positiveId(x: unknown): number | undefined {
   const id = x && typeof x === 'object' ? Number((x as { id?: unknown }).id) : NaN
@@ -108,8 +107,7 @@ export async function commitBag(
         })
         if (rec) created.push(rec)
       } catch (err) {
-        const reason =
-          err instanceof AttachStorageError && err.status < 500 ? err.message : 'the file could not be saved; retry this entry'
+        const reason = err instanceof AttachStorageError && err.status < 500 ? err.message : 'the file could not be saved; retry this entry'
         if (!(err instanceof AttachStorageError) || err.status >= 500) {
           ctx.logger.error(`attach-storage: saving ${refDomain}/${refKey}/${refCategory}[${index}] failed`, err)
         }
@@ -181,7 +179,13 @@ export async function commitEntry(
     // The target category's filters run on the stored bytes, as for a temporary file of another category.
     const reuseStore = ctx.store(blob.store)
     const reuseKey = storeKey(blob.savedDir, blob.savedName)
-    await refilter(ctx, category, { displayName: holder.displayName, size: blob.fileSize, type: blob.fileType, sha256: blob.sha256 }, reuseStore, reuseKey)
+    await refilter(
+      ctx,
+      category,
+      { displayName: holder.displayName, size: blob.fileSize, type: blob.fileType, sha256: blob.sha256 },
+      reuseStore,
+      reuseKey,
+    )
     const rec = await ctx.repo.createRecord(
       blob.id,
       {
@@ -215,8 +219,7 @@ export async function commitEntry(
     const records = await ctx.repo.listByReference(at.refDomain, at.refKey, at.refCategory)
     return records.find((r) => live.has(r.blobId) && sameUploader(r.createdBy, uploader))
   }
-  const busy = () =>
-    new AttachStorageError('conflict', `${savedName} is being saved by another request; retry this entry`, { status: 409 })
+  const busy = () => new AttachStorageError('conflict', `${savedName} is being saved by another request; retry this entry`, { status: 409 })
   const pause = async (step: 'reserved' | 'moved' | 'recorded' | 'done') => {
     await ctx.testPause?.(step, at.access.request)
   }
@@ -367,16 +370,19 @@ export async function refilter(
  * const post = await db.insertInto('board').values({...}).returningAll().executeTakeFirstOrThrow()
  * await storage.commitAttachContainer({ refKey: post.id, attachContainer: body.attachContainer, entity: post, user })
  */
-export async function commitAttachContainer(ctx: ServiceContext, input: {
-  attachContainer: AttachBag | null | undefined
-  refKey: string | number
-  refDomain?: string
-  entity?: Record<string, unknown>
-  date?: Date | string
-  user: AuthUser | null
-  /** The host's request, shown to secure-access functions when a `savedDir` entry reuses a guarded file. */
-  request?: Request
-}): Promise<AttachmentView[]> {
+export async function commitAttachContainer(
+  ctx: ServiceContext,
+  input: {
+    attachContainer: AttachBag | null | undefined
+    refKey: string | number
+    refDomain?: string
+    entity?: Record<string, unknown>
+    date?: Date | string
+    user: AuthUser | null
+    /** The host's request, shown to secure-access functions when a `savedDir` entry reuses a guarded file. */
+    request?: Request
+  },
+): Promise<AttachmentView[]> {
   if (input.attachContainer === null || input.attachContainer === undefined) return []
   const bag = parseInput(AttachBagSchema, input.attachContainer, 'attachContainer')
   const refDomain = input.refDomain ?? bag.refDomain

@@ -32,7 +32,15 @@ describe('confirmed save: a crash at any step, then the retry of the same reques
   })
 
   async function tmpUpload(blob: Blob, name: string, user?: string, refCategory = 'default') {
-    const res = await kit.upload(`${API}/attach/tmp`, [['refDomain', 'demo'], ['refCategory', refCategory], ['file', blob, name]], user)
+    const res = await kit.upload(
+      `${API}/attach/tmp`,
+      [
+        ['refDomain', 'demo'],
+        ['refCategory', refCategory],
+        ['file', blob, name],
+      ],
+      user,
+    )
     expect(res.status).toBe(200)
     return ((await res.json()) as { files: Array<Record<string, any>> }).files[0]!
   }
@@ -110,7 +118,12 @@ describe('confirmed save: a crash at any step, then the retry of the same reques
     expect(await kit.files(kit.tmpDir)).toContain(join('_tmp', t.name))
     expect(await kit.storage.repository.findBlobsByTmpName(t.name)).toEqual([])
     await expect(
-      kit.storage.commitAttachContainer({ refDomain: 'demo', refKey: 'taken', attachContainer: { default: [{ savedName: t.name }] }, user: { id: 2 } }),
+      kit.storage.commitAttachContainer({
+        refDomain: 'demo',
+        refKey: 'taken',
+        attachContainer: { default: [{ savedName: t.name }] },
+        user: { id: 2 },
+      }),
     ).rejects.toMatchObject({ code: 'attach-save-failure' })
     // The uploader commits it, and stays its creator.
     const mine = await save('taken', { default: [{ savedName: t.name }] }, '1')
@@ -126,7 +139,9 @@ describe('confirmed save: a crash at any step, then the retry of the same reques
     const src = (await saved.json()).attachList[0]
     const res = await save('target', { image: [{ savedName: src.savedName, savedDir: src.savedDir, displayName: 'x.png' }] })
     expect(res.status).toBe(500)
-    expect((await res.json()).failures).toMatchObject([{ refCategory: 'image', index: 0, code: 'type', reason: expect.stringMatching(/^type: /) }])
+    expect((await res.json()).failures).toMatchObject([
+      { refCategory: 'image', index: 0, code: 'type', reason: expect.stringMatching(/^type: /) },
+    ])
     expect(await kit.storage.repository.listByReference('demo', 'target')).toEqual([])
     // An image passes the image category's filters when reused there.
     const img = await tmpUpload(await png(), 'p.png')

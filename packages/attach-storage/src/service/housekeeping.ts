@@ -34,7 +34,6 @@ export async function dropBlob(ctx: ServiceContext, b: BlobRecord): Promise<void
   }
 }
 
-
 /**
  * Removes expired temporary files (older than `tmp-ttl`), partial files of interrupted writes older than
  * that, and retries the physical deletion of files whose last record went (or that were never

@@ -1,6 +1,5 @@
 /** Client text made safe to keep: file names, `ext` and `fmetaValue`. */
 
-
 export const DISPLAY_NAME_MAX = 1024
 
 /** Cleans a client's file name for display: no path, no control characters, bounded length. */
@@ -17,7 +16,10 @@ export function cleanDisplayName(name: unknown, fallback = 'file'): string {
  * surrogates become U+FFFD and the cut never splits a pair.
  */
 function wellFormed(s: string, max: number): string {
-  return s.replace(/\p{Surrogate}/gu, '\ufffd').slice(0, max).replace(/[\ud800-\udbff]$/, '')
+  return s
+    .replace(/\p{Surrogate}/gu, '\ufffd')
+    .slice(0, max)
+    .replace(/[\ud800-\udbff]$/, '')
 }
 
 /** `ext` / `fmetaValue` of a client: null stays null, anything else becomes well-formed text of at most 1024 units. */

@@ -74,7 +74,11 @@ export function applyFilters<T extends Pick<AttachmentRecord, 'ext' | 'fmetaValu
  * The AttachBag of a reference: `{refDomain, <category>: records[]}` in `sort` order, every registered
  * category of the domain present (or only `refCategory` when given).
  */
-export async function lookup(ctx: ServiceContext, input: ReferenceInput & { filters?: LookupFilters }, access: AccessContext): Promise<AttachBag> {
+export async function lookup(
+  ctx: ServiceContext,
+  input: ReferenceInput & { filters?: LookupFilters },
+  access: AccessContext,
+): Promise<AttachBag> {
   const { refDomain, refCategory, filters = {} } = input
   const domain = ctx.registry.domain(refDomain)
   if (refCategory !== undefined) ctx.registry.category(refDomain, refCategory)
@@ -108,7 +112,11 @@ export async function count(ctx: ServiceContext, input: Required<ReferenceInput>
  * `skipCount`, and `q` on displayName, ext, fmetaValue, fileType, createdDt). Each `url` carries the
  * record's index within its own reference category, whatever page it is on.
  */
-export async function listByReferences(ctx: ServiceContext, input: ReferencesListInput, access: AccessContext): Promise<ListResult<AttachmentView>> {
+export async function listByReferences(
+  ctx: ServiceContext,
+  input: ReferencesListInput,
+  access: AccessContext,
+): Promise<ListResult<AttachmentView>> {
   const { refDomain, refKeys, refCategories, list: request } = input
   const domain = ctx.registry.domain(refDomain)
   for (const c of refCategories ?? []) ctx.registry.category(refDomain, c)
@@ -150,14 +158,16 @@ export async function listByReferences(ctx: ServiceContext, input: ReferencesLis
   }
   return {
     ...result,
-    rows: result.rows.map((r) =>
-      view(ctx, r, index.get(r.id) ?? 0, domain.categories.get(r.refCategory)?.secureAccess !== undefined),
-    ),
+    rows: result.rows.map((r) => view(ctx, r, index.get(r.id) ?? 0, domain.categories.get(r.refCategory)?.secureAccess !== undefined)),
   }
 }
 
 /** The real address of the `index`-th (in `sort` order) attachment of a reference category. */
-export async function directUrl(ctx: ServiceContext, input: Required<ReferenceInput> & { index: number }, access: AccessContext): Promise<string> {
+export async function directUrl(
+  ctx: ServiceContext,
+  input: Required<ReferenceInput> & { index: number },
+  access: AccessContext,
+): Promise<string> {
   const { refCategory, index } = input
   const category = ctx.registry.category(input.refDomain, refCategory)
   const list = await ctx.repo.listByReference(input.refDomain, checkRefKey(input.refKey), refCategory)
@@ -186,7 +196,11 @@ export function describe(ctx: ServiceContext): { cdnUrl: string | null; domains:
  * no live record are passed over.
  */
 export async function update(ctx: ServiceContext, items: MetadataUpdate[], access: AccessContext): Promise<number> {
-  const records = await ownedRecords(ctx, items.map((x) => x.id), access)
+  const records = await ownedRecords(
+    ctx,
+    items.map((x) => x.id),
+    access,
+  )
   const known = new Set(records.map((r) => r.id))
   return ctx.repo.updateMetadata(items.filter((x) => known.has(x.id)))
 }
@@ -194,7 +208,10 @@ export async function update(ctx: ServiceContext, items: MetadataUpdate[], acces
 /** POST `/attach`: permanently deletes the listed records (and files no other record uses). */
 export async function remove(ctx: ServiceContext, ids: number[], access: AccessContext): Promise<number> {
   const records = await ownedRecords(ctx, ids, access)
-  return deleteRecords(ctx, records.map((r) => r.id))
+  return deleteRecords(
+    ctx,
+    records.map((r) => r.id),
+  )
 }
 
 /** Deletes records; a physical file goes with its last record. Returns how many records went. */

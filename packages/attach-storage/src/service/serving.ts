@@ -11,7 +11,6 @@ import { readHead, readTmpMeta, tmpKey } from './temporary.js'
 import type { AccessContext, LookupFilters, ServeTarget } from './types.js'
 import { EDITOR_DOMAIN } from './uploads.js'
 
-
 /** How a saved file is to be served: resized or not, and whether only its headers are wanted (HEAD). */
 export interface ServeOptions {
   resize?: ResizeRequest
@@ -99,7 +98,11 @@ export async function serveRecord(
 }
 
 /** Resolves a temporary file for preview (synthetic file description; no resizing). */
-export async function resolveTemporary(ctx: ServiceContext, input: { refDomain: string; refCategory: string; savedName: string }, access: AccessContext): Promise<ServeTarget> {
+export async function resolveTemporary(
+  ctx: ServiceContext,
+  input: { refDomain: string; refCategory: string; savedName: string },
+  access: AccessContext,
+): Promise<ServeTarget> {
   const { refDomain, refCategory, savedName } = input
   const category = ctx.registry.category(refDomain, refCategory)
   if (!SAVED_NAME.test(savedName)) throw notFound('No such temporary file')
@@ -121,7 +124,11 @@ export async function resolveTemporary(ctx: ServiceContext, input: { refDomain: 
 }
 
 /** Resolves a directly uploaded file by its `path` (synthetic file description; no resizing). */
-export async function resolveDirect(ctx: ServiceContext, input: { refDomain: string; refCategory: string; path: string | null }, access: AccessContext): Promise<ServeTarget> {
+export async function resolveDirect(
+  ctx: ServiceContext,
+  input: { refDomain: string; refCategory: string; path: string | null },
+  access: AccessContext,
+): Promise<ServeTarget> {
   const { refDomain, refCategory, path } = input
   const domain = ctx.registry.domain(refDomain)
   const category = ctx.registry.category(refDomain, refCategory)

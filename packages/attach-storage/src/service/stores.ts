@@ -20,9 +20,7 @@ export const importStorePackage = (specifier: string): Promise<unknown> => impor
 function isModuleNotFound(err: unknown, specifier: string): boolean {
   const e = err as { code?: string; message?: string }
   return (
-    (e?.code === 'ERR_MODULE_NOT_FOUND' || e?.code === 'MODULE_NOT_FOUND') &&
-    typeof e.message === 'string' &&
-    e.message.includes(specifier)
+    (e?.code === 'ERR_MODULE_NOT_FOUND' || e?.code === 'MODULE_NOT_FOUND') && typeof e.message === 'string' && e.message.includes(specifier)
   )
 }
 
@@ -89,9 +87,7 @@ export async function createStores(
     }
   } catch (err) {
     // A store package refused its settings: the stores made so far (not the host's) are released.
-    await Promise.allSettled(
-      [...stores].filter(([name]) => !options.stores?.[name]).map(([, store]) => store.close()),
-    )
+    await Promise.allSettled([...stores].filter(([name]) => !options.stores?.[name]).map(([, store]) => store.close()))
     throw err
   }
   const tmpStore = config.tmpStore ? stores.get(config.tmpStore)! : new LocalStore('tmp', { baseDir: tmpDir })

@@ -35,7 +35,11 @@ export async function readHead(ctx: ServiceContext, store: Store, key: string): 
 }
 
 /** The sidecar of a temporary file; undefined when it is missing, or (unless `withFile` is false) the file is. */
-export async function readTmpMeta(ctx: ServiceContext, savedName: string, options: { withFile?: boolean } = {}): Promise<TmpMeta | undefined> {
+export async function readTmpMeta(
+  ctx: ServiceContext,
+  savedName: string,
+  options: { withFile?: boolean } = {},
+): Promise<TmpMeta | undefined> {
   const tmp = ctx.stores.tmpStore
   let stream: Readable
   try {

@@ -1,6 +1,6 @@
 /** Receiving files into the temporary area, the filter chain, temporary, direct and editor uploads. */
 import type { Readable } from 'node:stream'
-import { badRequest, notFound } from '../errors.js'
+import { badRequest, } from '../errors.js'
 import type { FileProbe } from '../filters/filters.js'
 import { extensionOf, sniffType } from '../media/sniff.js'
 import type { RegisteredCategory } from '../registry/registry.js'
@@ -25,7 +25,6 @@ export interface UploadInput {
   /** The request's `filters` object: keys of registered request filters act, others are ignored. */
   filters?: Record<string, unknown>
 }
-
 
 /**
  * Streams one uploaded file into the temporary area. Nothing is checked yet; call
@@ -71,7 +70,10 @@ export function probe(ctx: ServiceContext, file: ReceivedFile, type: string): Fi
  * Parses a request's `filters` object: keys of registered request filters act (adding to the
  * category's chain); others are ignored with a warning.
  */
-export function parseRequestFilters(ctx: ServiceContext, obj: Record<string, unknown> | undefined): Array<{ name: string; options: Record<string, unknown> }> {
+export function parseRequestFilters(
+  ctx: ServiceContext,
+  obj: Record<string, unknown> | undefined,
+): Array<{ name: string; options: Record<string, unknown> }> {
   if (obj === undefined) return []
   const out: Array<{ name: string; options: Record<string, unknown> }> = []
   const ignored: string[] = []
@@ -88,7 +90,7 @@ export function parseRequestFilters(ctx: ServiceContext, obj: Record<string, unk
   if (ignored.length) {
     // One line per request, whatever the client sent: names are quoted (JSON escapes control characters
     // and newlines), cut to 64 characters, and at most 10 are named.
-    const shown = ignored.slice(0, 10).map((n) => JSON.stringify(n.length > 64 ? n.slice(0, 64) + '…' : n))
+    const shown = ignored.slice(0, 10).map((n) => JSON.stringify(n.length > 64 ? `${n.slice(0, 64)}…` : n))
     const more = ignored.length > shown.length ? ` and ${ignored.length - shown.length} more` : ''
     ctx.logger.warn(`attach-storage: request filters not registered, ignored: ${shown.join(', ')}${more}`)
   }
@@ -102,10 +104,7 @@ export async function runFilters(
   requestFilters: Array<{ name: string; options: Record<string, unknown> }>,
   probe: FileProbe,
 ): Promise<{ code: string; message: string } | undefined> {
-  const chain = [
-    ...category.filters,
-    ...requestFilters.map((f) => ({ filter: ctx.registry.requestFilter(f.name)!, options: f.options })),
-  ]
+  const chain = [...category.filters, ...requestFilters.map((f) => ({ filter: ctx.registry.requestFilter(f.name)!, options: f.options }))]
   for (const { filter, options } of chain) {
     let verdict
     try {
@@ -269,7 +268,14 @@ export async function completeDirectUpload(
  * Moves a file between stores: a rename on one local file system, else stream copy + delete. Durable
  * once it resolves: a rename is followed by an fsync of both directories (a put fsyncs itself).
  */
-export async function transfer(ctx: ServiceContext, from: Store, fromKey: string, to: Store, toKey: string, contentType?: string): Promise<void> {
+export async function transfer(
+  ctx: ServiceContext,
+  from: Store,
+  fromKey: string,
+  to: Store,
+  toKey: string,
+  contentType?: string,
+): Promise<void> {
   if (from === to) return to.move(fromKey, toKey)
   if (await renameAcross(from, fromKey, to, toKey)) return
   const { size } = await from.stat(fromKey)
@@ -282,6 +288,11 @@ export async function transfer(ctx: ServiceContext, from: Store, fromKey: string
  * through that category's filters (images only by default). Answers the direct items, whose `url` is
  * the editor image route (or the CDN address).
  */
-export function completeEditorUpload(ctx: ServiceContext, files: ReceivedFile[], input: { refCategory?: string }, access: AccessContext): Promise<DirectItem[]> {
+export function completeEditorUpload(
+  ctx: ServiceContext,
+  files: ReceivedFile[],
+  input: { refCategory?: string },
+  access: AccessContext,
+): Promise<DirectItem[]> {
   return completeDirectUpload(ctx, files, { refDomain: EDITOR_DOMAIN, refCategory: input.refCategory ?? 'default' }, access, 'editor')
 }

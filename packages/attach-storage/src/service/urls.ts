@@ -6,15 +6,21 @@ import type { AccessContext } from './types.js'
 import { storeKey } from './layout.js'
 import { EDITOR_DOMAIN } from './uploads.js'
 
-
 /** The CDN address of a store's files (the store's `cdn-url`, else the global one), or undefined. */
 export function cdnBase(ctx: ServiceContext, storeName: string): string | undefined {
   const s = ctx.stores.settings.get(storeName)?.cdnUrl
-  return typeof s === 'string' && s ? (s.endsWith('/') ? s : s + '/') : ctx.config.cdnUrl
+  return typeof s === 'string' && s ? (s.endsWith('/') ? s : `${s}/`) : ctx.config.cdnUrl
 }
 
 /** The address of a directly uploaded file: its CDN address, else the `attach-direct` view route. */
-export function directFileUrl(ctx: ServiceContext, storeName: string, refDomain: string, refCategory: string, savedDir: string, name: string): string {
+export function directFileUrl(
+  ctx: ServiceContext,
+  storeName: string,
+  refDomain: string,
+  refCategory: string,
+  savedDir: string,
+  name: string,
+): string {
   // A guarded category's files never get a public address: their url is the guarded binary route.
   const guarded = ctx.registry.domain(refDomain).categories.get(refCategory)?.secureAccess !== undefined
   const cdn = guarded ? undefined : cdnBase(ctx, storeName)
@@ -56,7 +62,7 @@ export function view(ctx: ServiceContext, r: AttachmentRecord, index: number, gu
     return { ...rest, url: cdnUrl, cdnUrl }
   }
   let url = `${ctx.config.assetsPrefix}/attach/view/${encodeURIComponent(r.refDomain)}/${encodeURIComponent(r.refKey)}/${encodeURIComponent(r.refCategory)}/${index}`
-  if (guarded && ctx.signer) url += '?' + ctx.signer.query(r.id)
+  if (guarded && ctx.signer) url += `?${ctx.signer.query(r.id)}`
   return { ...rest, url }
 }
 

@@ -46,12 +46,19 @@ export async function zip(ctx: ServiceContext, input: ZipInput, access: AccessCo
   // Only files that are really there count: a record whose file is gone is skipped too.
   const present: AttachmentRecord[] = []
   for (const r of allowed) {
-    if (await ctx.store(r.store).exists(storeKey(r.savedDir, r.savedName)).catch(() => false)) present.push(r)
+    if (
+      await ctx
+        .store(r.store)
+        .exists(storeKey(r.savedDir, r.savedName))
+        .catch(() => false)
+    )
+      present.push(r)
   }
   if (present.length === 0) throw notFound('None of the requested attachments could be found or may be downloaded')
   const first = present[0]!
   const stamp = ctx.now().toISOString().replace(/\D/g, '').slice(0, 14)
-  let fileName = typeof title === 'string' && title.trim() ? cleanDisplayName(title.trim()) : `${first.refDomain}_${first.refCategory}_${stamp}.zip`
+  let fileName =
+    typeof title === 'string' && title.trim() ? cleanDisplayName(title.trim()) : `${first.refDomain}_${first.refCategory}_${stamp}.zip`
   if (!fileName.toLowerCase().endsWith('.zip')) fileName += '.zip'
   const unique = uniqueNames()
   const sources: ZipSource[] = present.map((r) => ({

@@ -51,8 +51,7 @@ const CORE_KEYS = new Set(['type', 'cdnUrl'])
 const kebab = (key: string): string => key.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)
 const camel = (key: string): string => key.replace(/-([a-z0-9])/g, (_, c: string) => c.toUpperCase())
 
-const isAbsent = (value: unknown): boolean =>
-  value === undefined || value === null || (typeof value === 'string' && value.trim() === '')
+const isAbsent = (value: unknown): boolean => value === undefined || value === null || (typeof value === 'string' && value.trim() === '')
 
 /**
  * The `config-invalid` error of one setting, in the kit's wording: `attach.stores.<name>.<setting> <problem>`.
@@ -254,5 +253,6 @@ export const setting = {
       '',
     ),
   /** A value checked by `test`, with `message` when it fails. */
-  check: <T>(test: (value: unknown) => value is T, message: string) => custom<T, undefined>((x) => (test(x) ? x : INVALID), message, undefined),
+  check: <T>(test: (value: unknown) => value is T, message: string) =>
+    custom<T, undefined>((x) => (test(x) ? x : INVALID), message, undefined),
 }

@@ -89,7 +89,9 @@ describe('defineStoreSettings', () => {
   })
 
   it('refuses settings that are no object', () => {
-    expect(refusal(() => webdav.parse('dav', 'url=x')).message).toMatch(/^attach\.stores\.dav \(type webdav\): its settings must be an object/)
+    expect(refusal(() => webdav.parse('dav', 'url=x')).message).toMatch(
+      /^attach\.stores\.dav \(type webdav\): its settings must be an object/,
+    )
   })
 })
 
@@ -103,7 +105,12 @@ describe('store errors and keys', () => {
       cause,
     })
     const failure = storeFailure('S store "s": put of "k" failed: token abcd1234 refused', { cause, secrets: ['abcd1234'] })
-    expect(failure).toMatchObject({ code: 'store-failure', status: 502, message: 'S store "s": put of "k" failed: token *** refused', cause })
+    expect(failure).toMatchObject({
+      code: 'store-failure',
+      status: 502,
+      message: 'S store "s": put of "k" failed: token *** refused',
+      cause,
+    })
     expect(rangeNotSatisfiable('k', { start: 10 }, 5)).toMatchObject({
       code: 'range-not-satisfiable',
       status: 416,

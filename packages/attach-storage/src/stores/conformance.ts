@@ -487,9 +487,7 @@ export function describeStoreConformance(
       it('20 concurrent puts to distinct keys all land intact', async () => {
         const p = prefix('concurrent')
         const bodies = Array.from({ length: 20 }, (_, i) => pattern(10_000 + i * 997, i))
-        const sizes = await Promise.all(
-          bodies.map((b, i) => store.put(`${p}${i % 3}/${i}.bin`, i % 2 ? b : streamOf(b, 4096, true))),
-        )
+        const sizes = await Promise.all(bodies.map((b, i) => store.put(`${p}${i % 3}/${i}.bin`, i % 2 ? b : streamOf(b, 4096, true))))
         expect(sizes.map((s) => s.size)).toEqual(bodies.map((b) => b.length))
         await Promise.all(bodies.map(async (b, i) => expectBytes(await getBytes(store, `${p}${i % 3}/${i}.bin`), b)))
         expect(await collect(store.list(p))).toHaveLength(20)

@@ -15,9 +15,55 @@ const params = (numRuns: number) => ({ seed: SEED, numRuns })
 
 /** Pieces an attacker would combine: traversal, separators, encodings, controls, unicode look-alikes. */
 const PIECES = [
-  '/', '//', '.', '..', '...', '\\', '%', '%2e', '%2f', '%00', '\u0000', '\n', '\r', '\t', '\u007f', ':', 'C:',
-  ' ', '  ', '-', '_', '@', '+', '=', ',', 'a', 'Z', '9', 'demo', '2026', 'x.png', '.hidden', 'a.', 'a ',
-  '\u2024', '\u2025', '\uff0e', '\u2215', '\uff0f', '\u00e9', '\u{1f600}', '\ud800', '~', '*', '?', '"', '<', '>', '|',
+  '/',
+  '//',
+  '.',
+  '..',
+  '...',
+  '\\',
+  '%',
+  '%2e',
+  '%2f',
+  '%00',
+  '\u0000',
+  '\n',
+  '\r',
+  '\t',
+  '\u007f',
+  ':',
+  'C:',
+  ' ',
+  '  ',
+  '-',
+  '_',
+  '@',
+  '+',
+  '=',
+  ',',
+  'a',
+  'Z',
+  '9',
+  'demo',
+  '2026',
+  'x.png',
+  '.hidden',
+  'a.',
+  'a ',
+  '\u2024',
+  '\u2025',
+  '\uff0e',
+  '\u2215',
+  '\uff0f',
+  '\u00e9',
+  '\u{1f600}',
+  '\ud800',
+  '~',
+  '*',
+  '?',
+  '"',
+  '<',
+  '>',
+  '|',
 ]
 
 const piecewise = fc.array(fc.constantFrom(...PIECES), { maxLength: 24 }).map((p) => p.join(''))
@@ -61,7 +107,12 @@ function checkSafe(key: string): void {
   expect(posix.normalize(key)).toBe(key)
   const full = resolve(BASE, key)
   expect(full.startsWith(BASE + sep)).toBe(true)
-  expect(full.slice(BASE.length + 1).split(sep).join('/')).toBe(key)
+  expect(
+    full
+      .slice(BASE.length + 1)
+      .split(sep)
+      .join('/'),
+  ).toBe(key)
 }
 
 describe('normalizeKey under fuzzing', () => {
@@ -77,9 +128,9 @@ describe('normalizeKey under fuzzing', () => {
         }
         checkSafe(key)
         // Only one leading "/" is ever removed, nothing else changes.
-        expect(input === key || input === '/' + key).toBe(true)
+        expect(input === key || input === `/${key}`).toBe(true)
         expect(normalizeKey(key)).toBe(key)
-        expect(normalizeKey('/' + key)).toBe(key)
+        expect(normalizeKey(`/${key}`)).toBe(key)
         expect(isNormalKey(key)).toBe(true)
       }),
       params(3000),
@@ -88,19 +139,25 @@ describe('normalizeKey under fuzzing', () => {
 
   it('normalizePrefix throws bad-key or answers "" or a safe folder prefix, idempotently (2000 cases)', () => {
     fc.assert(
-      fc.property(fc.oneof(anyKey, anyKey.map((k) => k + '/')), (input) => {
-        let prefix: string
-        try {
-          prefix = normalizePrefix(input)
-        } catch (err) {
-          expect(isBadKey(err), String(err)).toBe(true)
-          return
-        }
-        expect(normalizePrefix(prefix)).toBe(prefix)
-        if (prefix === '') return
-        expect(prefix.endsWith('/')).toBe(true)
-        checkSafe(prefix.slice(0, -1))
-      }),
+      fc.property(
+        fc.oneof(
+          anyKey,
+          anyKey.map((k) => `${k}/`),
+        ),
+        (input) => {
+          let prefix: string
+          try {
+            prefix = normalizePrefix(input)
+          } catch (err) {
+            expect(isBadKey(err), String(err)).toBe(true)
+            return
+          }
+          expect(normalizePrefix(prefix)).toBe(prefix)
+          if (prefix === '') return
+          expect(prefix.endsWith('/')).toBe(true)
+          checkSafe(prefix.slice(0, -1))
+        },
+      ),
       params(2000),
     )
   })

@@ -76,7 +76,9 @@ describe('normalizeKey', () => {
 
   it('limits the length to MAX_KEY_LENGTH characters (after the leading slash)', () => {
     const segment = 'a'.repeat(200)
-    const key = Array.from({ length: 6 }, () => segment).join('/').slice(0, MAX_KEY_LENGTH)
+    const key = Array.from({ length: 6 }, () => segment)
+      .join('/')
+      .slice(0, MAX_KEY_LENGTH)
     expect(key).toHaveLength(MAX_KEY_LENGTH)
     expect(normalizeKey(key)).toBe(key)
     expect(normalizeKey(`/${key}`)).toBe(key)

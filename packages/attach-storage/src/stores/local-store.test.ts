@@ -37,7 +37,9 @@ async function tree(dir: string): Promise<string[]> {
   const entries = await readdir(dir, { recursive: true, withFileTypes: true })
   return entries
     .map((e) => {
-      const path = relative(dir, join(e.parentPath ?? e.path, e.name)).split(sep).join('/')
+      const path = relative(dir, join(e.parentPath ?? e.path, e.name))
+        .split(sep)
+        .join('/')
       return e.isDirectory() ? `${path}/` : path
     })
     .sort()
@@ -195,9 +197,7 @@ describe('LocalStore (local file system specifics)', () => {
     await store.put('from/deep/keep', Buffer.from('k'))
     fsControl.synced = []
     await store.move('from/deep/x', 'to/new/x')
-    expect(fsControl.synced).toEqual(
-      expect.arrayContaining([join(base, 'to', 'new'), join(base, 'from', 'deep'), join(base, 'to'), base]),
-    )
+    expect(fsControl.synced).toEqual(expect.arrayContaining([join(base, 'to', 'new'), join(base, 'from', 'deep'), join(base, 'to'), base]))
   })
 
   it('put fsyncs its directory and the parents of the directories it creates', async () => {

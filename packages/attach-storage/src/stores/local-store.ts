@@ -1,17 +1,16 @@
 import { randomBytes } from 'node:crypto'
-import { close as fsClose, constants, createReadStream, fstat, open as fsOpen, write as fsWrite, writev as fsWritev, type Dirent, type Stats } from 'node:fs'
 import {
-  copyFile,
-  lstat,
-  mkdir,
-  open,
-  readdir,
-  realpath,
-  rename,
-  rmdir,
-  unlink,
-  type FileHandle,
-} from 'node:fs/promises'
+  close as fsClose,
+  constants,
+  createReadStream,
+  fstat,
+  open as fsOpen,
+  write as fsWrite,
+  writev as fsWritev,
+  type Dirent,
+  type Stats,
+} from 'node:fs'
+import { copyFile, lstat, mkdir, open, readdir, realpath, rename, rmdir, unlink, type FileHandle } from 'node:fs/promises'
 import { basename, dirname, join, resolve, sep } from 'node:path'
 import { type Readable, Writable } from 'node:stream'
 import { pipeline } from 'node:stream/promises'
@@ -544,7 +543,6 @@ export async function syncDir(dir: string): Promise<void> {
     // not supported here; the data itself was fsynced before the rename
   }
 }
-
 
 /**
  * Moves a file between two local stores by a rename, durable once it resolves (both directories are

@@ -9,8 +9,7 @@ import type { ByteRange } from './store.js'
 export function resolveRange(range: ByteRange | undefined, size: number, key: string): { start: number; end: number } {
   if (range === undefined) return { start: 0, end: size - 1 }
   const { start, end } = range
-  const valid =
-    Number.isSafeInteger(start) && start >= 0 && (end === undefined || (Number.isSafeInteger(end) && end >= start))
+  const valid = Number.isSafeInteger(start) && start >= 0 && (end === undefined || (Number.isSafeInteger(end) && end >= start))
   if (!valid || start >= size) {
     throw new AttachStorageError(
       'range-not-satisfiable',

@@ -18,10 +18,7 @@ export function selfSignedCertificate(commonName = 'localhost', ip = '127.0.0.1'
   const now = Date.now()
   const serial = randomBytes(8)
   serial[0] = (serial[0] as number) & 0x7f
-  const san = seq(
-    tlv(0x82, Buffer.from(commonName, 'ascii')),
-    tlv(0x87, Buffer.from(ip.split('.').map((n) => Number(n)))),
-  )
+  const san = seq(tlv(0x82, Buffer.from(commonName, 'ascii')), tlv(0x87, Buffer.from(ip.split('.').map((n) => Number(n)))))
   const extensions = seq(
     seq(oid('2.5.29.19'), tlv(0x01, Buffer.from([0xff])), tlv(0x04, seq(tlv(0x01, Buffer.from([0xff]))))),
     seq(oid('2.5.29.17'), tlv(0x04, san)),
@@ -81,6 +78,9 @@ function utcTime(date: Date): Buffer {
 }
 
 function pem(label: string, der: Buffer): string {
-  const body = der.toString('base64').replace(/(.{64})/g, '$1\n').replace(/\n$/, '')
+  const body = der
+    .toString('base64')
+    .replace(/(.{64})/g, '$1\n')
+    .replace(/\n$/, '')
   return `-----BEGIN ${label}-----\n${body}\n-----END ${label}-----\n`
 }

@@ -13,7 +13,7 @@ const FUNC_NUM = /^\d{1,10}$/
 /** A JavaScript string literal safe inside an HTML <script> element. */
 function scriptString(value: string): string {
   // JSON escapes quotes and backslashes; these would end the script element or the line.
-  return JSON.stringify(value).replace(/[<>&'\u2028\u2029]/g, (c) => '\\u' + c.charCodeAt(0).toString(16).padStart(4, '0'))
+  return JSON.stringify(value).replace(/[<>&'\u2028\u2029]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`)
 }
 
 /** `CKEditorFuncNum`: digits, from the query or else the form. */

@@ -17,7 +17,12 @@ const ReferenceParams = v.object({ refDomain: Segment, refKey: Segment, refCateg
 /** A comma-separated list, blanks dropped; undefined when empty. */
 const CommaList = v.pipe(
   v.string(),
-  v.transform((s) => s.split(',').map((x) => x.trim()).filter((x) => x !== '')),
+  v.transform((s) =>
+    s
+      .split(',')
+      .map((x) => x.trim())
+      .filter((x) => x !== ''),
+  ),
 )
 
 /** `refDomain`, `refKeyList` (at most 1000 keys) and `refCategoryList` of the conditional list. */
@@ -52,7 +57,11 @@ const MetadataList = v.array(
   v.object({
     id: PositiveIdSchema,
     displayName: v.optional(
-      v.pipe(v.string(DISPLAY_NAME), v.check((s) => cleanDisplayName(s, '') !== '', DISPLAY_NAME), v.transform((s) => cleanDisplayName(s))),
+      v.pipe(
+        v.string(DISPLAY_NAME),
+        v.check((s) => cleanDisplayName(s, '') !== '', DISPLAY_NAME),
+        v.transform((s) => cleanDisplayName(s)),
+      ),
     ),
     ext: v.optional(v.pipe(v.unknown(), v.transform(cleanText))),
     fmetaValue: v.optional(v.pipe(v.unknown(), v.transform(cleanText))),

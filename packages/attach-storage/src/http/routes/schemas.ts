@@ -9,11 +9,7 @@ export const ActionSchema = v.picklist(['view', 'download'])
 export const IdSegmentSchema = v.pipe(v.string(), v.regex(/^\d{1,15}$/), v.transform(Number))
 
 /** A zero-based index given as a path segment: 1-9 digits. */
-export const IndexSegmentSchema = v.pipe(
-  v.string(),
-  v.regex(/^\d{1,9}$/, 'must be a non-negative integer'),
-  v.transform(Number),
-)
+export const IndexSegmentSchema = v.pipe(v.string(), v.regex(/^\d{1,9}$/, 'must be a non-negative integer'), v.transform(Number))
 
 /** A positive attachment id in a JSON body. */
 export const PositiveIdSchema = v.pipe(

@@ -34,7 +34,13 @@ export const servingRoutes: Route[] = [
   defineRoute({
     method: 'GET',
     path: 'attach/:action/:refDomain/:refKey/:refCategory/:idx?',
-    params: v.object({ action: ActionSchema, refDomain: v.string(), refKey: v.string(), refCategory: v.string(), idx: v.optional(v.string()) }),
+    params: v.object({
+      action: ActionSchema,
+      refDomain: v.string(),
+      refKey: v.string(),
+      refCategory: v.string(),
+      idx: v.optional(v.string()),
+    }),
     query: ByReferenceQuery,
     handle: async ({ params, query }, { ctx, access, request }) => {
       const { action, idx, ...ref } = params

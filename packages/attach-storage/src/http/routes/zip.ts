@@ -8,9 +8,20 @@ import { contentDisposition } from '../serve.js'
 /** `{title?, ids}`: at most `zip.max-files` ids, checked by the use case. */
 const ZipBody = v.object(
   {
-    title: v.optional(v.nullable(v.pipe(v.string('title must be a string of at most 200 characters'), v.maxLength(200, 'title must be a string of at most 200 characters')))),
+    title: v.optional(
+      v.nullable(
+        v.pipe(
+          v.string('title must be a string of at most 200 characters'),
+          v.maxLength(200, 'title must be a string of at most 200 characters'),
+        ),
+      ),
+    ),
     ids: v.array(
-      v.pipe(v.number('ids must be positive integers'), v.safeInteger('ids must be positive integers'), v.minValue(1, 'ids must be positive integers')),
+      v.pipe(
+        v.number('ids must be positive integers'),
+        v.safeInteger('ids must be positive integers'),
+        v.minValue(1, 'ids must be positive integers'),
+      ),
       'ids must be a non-empty array of attachment ids',
     ),
   },
