@@ -39,6 +39,7 @@ export type {
   SaveFailure,
 } from './service/types.js'
 export type { AttachmentView } from './model.js'
+export { accessOf, type AccessContext } from './service/types.js'
 
 // Authentication.
 export { bearerToken, createJwtVerifier, type JwtOptions } from './service/auth.js'
