@@ -4,8 +4,13 @@ import { badRequest } from './errors.js'
 
 /** `where: message` of a schema's first issue (`where` is the dotted path of the offending value, or `label`). */
 export function describeIssue(issue: v.BaseIssue<unknown>, label: string): string {
-  const path = issue.path?.map((p) => String(p.key)).join('.')
-  return path ? `${label}.${path}: ${issue.message}` : `${label}: ${issue.message}`
+  const keys = issue.path?.map((p) => String(p.key)) ?? []
+  const where = keys.length ? `${label}.${keys.join('.')}` : label
+  // A missing member: valibot reports the object's key check, whose message names no rule of ours.
+  if (issue.kind === 'schema' && issue.type === 'object' && issue.input === undefined && keys.length) {
+    return `${where}: ${keys[keys.length - 1]} is required`
+  }
+  return `${where}: ${issue.message}`
 }
 
 /**
@@ -16,4 +21,14 @@ export function parseInput<S extends v.GenericSchema>(schema: S, value: unknown,
   const result = v.safeParse(schema, value)
   if (result.success) return result.output
   throw badRequest(describeIssue(result.issues[0], label))
+}
+
+/** True for a JSON object (not null, not an array). */
+export function isJsonObject(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value)
+}
+
+/** A JSON object (an array is refused with `message`, which valibot's `object` alone lets through) with these members. */
+export function jsonObject<const E extends v.ObjectEntries>(entries: E, message: string) {
+  return v.pipe(v.custom<Record<string, unknown>>(isJsonObject, message), v.object(entries, message))
 }

@@ -1,5 +1,6 @@
 /** The shape of an AttachBag (`attachContainer`), checked at the edge and by `commitAttachContainer()`. */
 import * as v from 'valibot'
+import { isJsonObject } from '../validation.js'
 
 const entries = v.array(v.unknown(), 'must be an array of file entries')
 
@@ -8,7 +9,7 @@ const entries = v.array(v.unknown(), 'must be an array of file entries')
  * its own by the confirmed save, so that a bad entry fails alone (a `failures` item), not the whole bag.
  */
 export const AttachBagSchema = v.pipe(
-  v.custom<Record<string, unknown>>((x) => typeof x === 'object' && x !== null && !Array.isArray(x), 'must be a JSON object'),
+  v.custom<Record<string, unknown>>(isJsonObject, 'must be a JSON object'),
   v.objectWithRest(
     {
       refDomain: v.optional(v.string('must be a string')),

@@ -6,6 +6,7 @@ import { commitBag } from '../../service/commit.js'
 import * as records from '../../service/records.js'
 import { badRequest } from '../../errors.js'
 import { cleanDisplayName, cleanText } from '../../service/names.js'
+import { jsonObject } from '../../validation.js'
 import { defineRoute, type Route } from '../router.js'
 import { json } from '../respond.js'
 import { LookupQuerySchema, LooseIntegerSchema, PositiveIdSchema, RefKeySchema } from './schemas.js'
@@ -37,7 +38,7 @@ const ListQuery = v.object({
   refCategoryList: v.optional(CommaList),
 })
 
-const DirectUrlBody = v.object(
+const DirectUrlBody = jsonObject(
   {
     refDomain: v.string('refDomain is required'),
     refKey: RefKeySchema,

@@ -2,11 +2,12 @@
 import * as v from 'valibot'
 import { zip } from '../../service/zip.js'
 import { streamResponse } from '../node-body.js'
+import { jsonObject } from '../../validation.js'
 import { defineRoute, type Route } from '../router.js'
 import { contentDisposition } from '../serve.js'
 
 /** `{title?, ids}`: at most `zip.max-files` ids, checked by the use case. */
-const ZipBody = v.object(
+const ZipBody = jsonObject(
   {
     title: v.optional(
       v.nullable(
