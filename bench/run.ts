@@ -58,12 +58,10 @@ function parseArgs(argv: string[]): { quick: boolean; disk: boolean; profile: st
     } else if (a === '--only') {
       const v = argv[++i]
       if (!v) throw new Error('--only needs a scenario name')
-      v.split(',').forEach((x) => only.add(x.trim()))
-    } else if (a.startsWith('--only='))
-      a.slice(7)
-        .split(',')
-        .forEach((x) => only.add(x.trim()))
-    else if (a === '--help' || a === '-h') {
+      for (const x of v.split(',')) only.add(x.trim())
+    } else if (a.startsWith('--only=')) {
+      for (const x of a.slice(7).split(',')) only.add(x.trim())
+    } else if (a === '--help' || a === '-h') {
       console.log(
         `usage: npm run bench -- [--quick] [--disk] [--profile <dir>] [--only <name>[,<name>...]]\nscenarios: ${SCENARIOS.map((s) => s.name).join(', ')}`,
       )

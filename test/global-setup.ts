@@ -52,11 +52,14 @@ interface Lease {
 const SHARED_KEY = Symbol.for('attach-storage.test.servers')
 type ServerKind = 'postgres' | 'mysql'
 type SharedState = Partial<Record<ServerKind, Promise<RunningServer>>> & { packages?: Promise<void> }
-const shared: SharedState = ((globalThis as Record<symbol, SharedState>)[SHARED_KEY] ??= {})
+const globalState = globalThis as Record<symbol, SharedState>
+const shared: SharedState = globalState[SHARED_KEY] ?? {}
+globalState[SHARED_KEY] = shared
 
 export default async function setup(project: TestProject): Promise<() => Promise<void>> {
   // Once per process, before any server starts: the projects' set-ups share the installation.
-  await (shared.packages ??= installMissingPackages())
+  shared.packages ??= installMissingPackages()
+  await shared.packages
   // Both servers boot at once: most of either start-up is waiting on the disk and on the server itself.
   const [postgres, mariadb] = await Promise.allSettled([
     acquire('postgres', process.env.ATTACH_TEST_PG_URL, startPostgres),
@@ -78,7 +81,8 @@ export default async function setup(project: TestProject): Promise<() => Promise
 /** The server of one kind: an external URL as is, else the shared throwaway server (started on first use). */
 async function acquire(kind: ServerKind, external: string | undefined, start: () => Promise<RunningServer>): Promise<Lease> {
   if (external) return { url: external, release: async () => {} }
-  const pending = (shared[kind] ??= start())
+  const pending = shared[kind] ?? start()
+  shared[kind] = pending
   let server: RunningServer
   try {
     server = await pending

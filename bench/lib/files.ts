@@ -1,6 +1,6 @@
 /** Generated inputs of the benchmark, made once per run in the scratch directory. */
 import { randomBytes } from 'node:crypto'
-import { createWriteStream, existsSync } from 'node:fs'
+import { createWriteStream, type Dirent, existsSync } from 'node:fs'
 import { readdir, rm, writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import sharp from 'sharp'
@@ -65,7 +65,7 @@ export async function photoJpeg(path: string, width: number, height: number): Pr
 
 /** Removes every file under `dir` (recursively), leaving the folders. */
 export async function removeFiles(dir: string): Promise<void> {
-  let entries
+  let entries: Dirent[]
   try {
     entries = await readdir(dir, { withFileTypes: true, recursive: true })
   } catch {

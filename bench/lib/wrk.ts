@@ -7,9 +7,13 @@ let state: { ok: true } | { ok: false; reason: string } | undefined
 export function ensureWrk(log: (s: string) => void): { ok: true } | { ok: false; reason: string } {
   if (state) return state
   const has = () => spawnSync('sh', ['-c', 'command -v wrk'], { stdio: 'ignore' }).status === 0
-  if (has()) return (state = { ok: true })
+  if (has()) {
+    state = { ok: true }
+    return state
+  }
   if (process.getuid?.() !== 0) {
-    return (state = { ok: false, reason: 'wrk is not installed and this is not root (install it with: apt-get install -y wrk)' })
+    state = { ok: false, reason: 'wrk is not installed and this is not root (install it with: apt-get install -y wrk)' }
+    return state
   }
   log('wrk is not installed: installing the Debian package (apt-get update && apt-get install -y wrk) ...')
   try {
@@ -17,11 +21,16 @@ export function ensureWrk(log: (s: string) => void): { ok: true } | { ok: false;
     execFileSync('apt-get', ['update', '-qq'], { stdio: ['ignore', 'ignore', 'inherit'], env })
     execFileSync('apt-get', ['install', '-y', '-qq', '--no-install-recommends', 'wrk'], { stdio: ['ignore', 'ignore', 'inherit'], env })
   } catch (err) {
-    return (state = { ok: false, reason: `apt-get install wrk failed: ${(err as Error).message.split('\n')[0]}` })
+    state = { ok: false, reason: `apt-get install wrk failed: ${(err as Error).message.split('\n')[0]}` }
+    return state
   }
-  if (!has()) return (state = { ok: false, reason: 'apt-get install wrk did not put wrk on the PATH' })
+  if (!has()) {
+    state = { ok: false, reason: 'apt-get install wrk did not put wrk on the PATH' }
+    return state
+  }
   log('wrk installed.')
-  return (state = { ok: true })
+  state = { ok: true }
+  return state
 }
 
 export interface WrkResult {

@@ -205,7 +205,7 @@ export async function s3Bench(ctx: Context): Promise<void> {
     await up(0)
     await up(1)
     const probes = [new PeakMemory(ours.pid), new PeakMemory(sdk.pid)]
-    probes.forEach((p) => p.start())
+    for (const p of probes) p.start()
     const upRates: number[][] = [[], []]
     for (let rep = 0; rep < reps; rep++) {
       for (const which of [0, 1] as const) {
@@ -226,7 +226,7 @@ export async function s3Bench(ctx: Context): Promise<void> {
       if (r.status !== 200 || r.bytes < size || r.bytes > size + 4096) throw new Error(`s3 view ${u}: ${r.status} ${r.bytes}`)
     }
     const viewProbes = [new PeakMemory(ours.pid), new PeakMemory(sdk.pid)]
-    viewProbes.forEach((p) => p.start())
+    for (const p of viewProbes) p.start()
     const viewRates: number[][] = [[], []]
     for (let rep = 0; rep < reps; rep++) {
       for (const which of [0, 1] as const) {

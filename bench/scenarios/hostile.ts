@@ -34,7 +34,13 @@ function send(
     let i = 0
     const pump = () => {
       if (!req.writable || answered) return
-      if (i === 0 && !req.write(parts.head)) return void req.once('drain', () => ((i = 1), pump()))
+      if (i === 0 && !req.write(parts.head)) {
+        req.once('drain', () => {
+          i = 1
+          pump()
+        })
+        return
+      }
       if (i === 0) i = 1
       while (i <= parts.count) {
         i++

@@ -70,7 +70,7 @@ export async function uploadBench(ctx: Context): Promise<void> {
     for (const s of subjects) await send(s, warmFile)
 
     const probes = subjects.map((s) => new PeakMemory(s.server.pid))
-    probes.forEach((p) => p.start())
+    for (const p of probes) p.start()
     const rates: number[][] = subjects.map(() => [])
     for (let rep = 0; rep < reps; rep++) {
       // Interleaved, each after `sync`, so that every upload starts with no dirty pages of the others.

@@ -40,7 +40,7 @@ export async function viewBench(ctx: Context): Promise<void> {
     // Warm-up: one whole download each (the page cache holds both copies afterwards).
     for (const s of subjects) await get(s.url, s.server.name)
     const probes = subjects.map((s) => new PeakMemory(s.server.pid))
-    probes.forEach((p) => p.start())
+    for (const p of probes) p.start()
     const rates: number[][] = subjects.map(() => [])
     for (let rep = 0; rep < reps; rep++) {
       for (let i = 0; i < subjects.length; i++) {

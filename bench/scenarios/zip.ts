@@ -69,7 +69,7 @@ export async function zipBench(ctx: Context): Promise<void> {
       { server: archiver, run: () => zipArchiver(names) },
     ]
     const probes = subjects.map((s) => new PeakMemory(s.server.pid))
-    probes.forEach((p) => p.start())
+    for (const p of probes) p.start()
     const rates: number[][] = [[], []]
     const bytes: number[] = [0, 0]
     for (let rep = 0; rep < reps; rep++) {

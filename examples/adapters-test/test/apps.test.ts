@@ -57,7 +57,11 @@ const APPS = {
       ref,
       server,
       port: await listening(server),
-      stop: () => new Promise<void>((r) => (server.closeAllConnections(), server.close(() => r()))),
+      stop: () =>
+        new Promise<void>((r) => {
+          server.closeAllConnections()
+          server.close(() => r())
+        }),
     }
   },
   async express(env: Env) {
@@ -67,7 +71,11 @@ const APPS = {
       ref,
       server,
       port: await listening(server),
-      stop: () => new Promise<void>((r) => (server.closeAllConnections(), server.close(() => r()))),
+      stop: () =>
+        new Promise<void>((r) => {
+          server.closeAllConnections()
+          server.close(() => r())
+        }),
     }
   },
   async fastify(env: Env) {

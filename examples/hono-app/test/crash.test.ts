@@ -216,7 +216,15 @@ describe('confirmed saves survive kill -9', () => {
         }
       }
     } finally {
-      await Promise.all([...running].map((p) => new Promise((r) => (p.once('exit', r), p.kill('SIGKILL')))))
+      await Promise.all(
+        [...running].map(
+          (p) =>
+            new Promise((r) => {
+              p.once('exit', r)
+              p.kill('SIGKILL')
+            }),
+        ),
+      )
     }
 
     // The sweep (tmp-ttl 1s, run once everything is older than that) leaves no orphan.

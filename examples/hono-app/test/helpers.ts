@@ -1,4 +1,5 @@
 /** Shared set-up of the reference-server tests: a real listening server, tokens, databases. */
+import type { Dirent } from 'node:fs'
 import { mkdtemp, readdir, rm } from 'node:fs/promises'
 import type { AddressInfo } from 'node:net'
 import { tmpdir } from 'node:os'
@@ -15,7 +16,7 @@ export const sign = (sub: string, secret = SECRET) =>
 
 export async function walk(dir: string): Promise<string[]> {
   const out: string[] = []
-  let entries
+  let entries: Dirent[]
   try {
     entries = await readdir(dir, { withFileTypes: true, recursive: true })
   } catch {

@@ -126,7 +126,9 @@ export class AttachStorageError extends Error {
   /** A Web Response carrying this error as JSON, with its own `headers` and then `headers`. */
   toResponse(headers?: HeadersInit): Response {
     const h = new Headers(this.headers)
-    new Headers(headers).forEach((value, name) => h.set(name, value))
+    new Headers(headers).forEach((value, name) => {
+      h.set(name, value)
+    })
     h.set('content-type', 'application/json; charset=utf-8')
     h.set('x-content-type-options', 'nosniff')
     h.set('cache-control', 'no-store')

@@ -1,4 +1,3 @@
-
 import { createHash, createHmac, randomBytes } from 'node:crypto'
 import { mkdtemp, rm } from 'node:fs/promises'
 import { createServer, request, type IncomingHttpHeaders } from 'node:http'

@@ -205,14 +205,14 @@ describe('FtpStore behaviour', () => {
     const bodies = Array.from({ length: 10 }, (_, i) => pattern(50_000 + i * 1_001, i))
     const results = await Promise.all([
       ...bodies.map((b, i) => store.put(`p/${i}.bin`, i % 2 ? b : Readable.from([b]))),
-      ...bodies.map(async (b, i) => {
+      ...bodies.map(async (_b, i) => {
         // Each reader waits for its writer through exists(), itself another pooled operation.
         while (!(await store.exists(`p/${i}.bin`))) await new Promise((r) => setTimeout(r, 10))
         return readAll(await store.get(`p/${i}.bin`, { start: 1 }))
       }),
     ])
     expect(results.slice(0, 10)).toEqual(bodies.map((b) => ({ size: b.length })))
-    results.slice(10).forEach((got, i) => expect((got as Buffer).equals((bodies[i] as Buffer).subarray(1))).toBe(true))
+    for (const [i, got] of results.slice(10).entries()) expect((got as Buffer).equals((bodies[i] as Buffer).subarray(1))).toBe(true)
     expect(server.logins - before).toBe(2)
   })
 

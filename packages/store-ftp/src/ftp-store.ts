@@ -535,6 +535,7 @@ function reasonOf(err: unknown): string {
   if (err instanceof Error) text = err.message
   else if (typeof err === 'string') text = err
   else text = String(err)
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: replaces control characters in a server's reply
   text = text.replace(/[\u0000-\u001f\u007f]+/g, ' ').trim()
   return text.length > MAX_REASON ? `${text.slice(0, MAX_REASON)}…` : text || 'unknown error'
 }

@@ -92,6 +92,7 @@ export interface FtpSettings {
   idleTimeout: number
 }
 
+// biome-ignore lint/suspicious/noControlCharactersInRegex: CR, LF and NUL would break an FTP command line
 const text = (x: unknown): x is string => typeof x === 'string' && !/[\r\n\u0000]/.test(x)
 
 /** The settings of a store of type `ftp`. */
@@ -117,6 +118,7 @@ export const ftpSettings = defineStoreSettings({
       'must be an object (tls.connect options)',
     ),
     root: setting.check(
+      // biome-ignore lint/suspicious/noControlCharactersInRegex: an FTP path must not hold control characters
       (x): x is string => typeof x === 'string' && !/[\u0000-\u001f\u007f]/.test(x) && !x.split('/').some((segment) => segment === '..'),
       'must be a directory path without control characters and without ".." segments',
     ),

@@ -1,5 +1,6 @@
 import { createHash, randomBytes } from 'node:crypto'
 import { IncomingMessage } from 'node:http'
+import type { Dirent } from 'node:fs'
 import { mkdtemp, readdir, readFile, rm } from 'node:fs/promises'
 import { createServer, type Server, type Socket } from 'node:net'
 import { tmpdir } from 'node:os'
@@ -786,7 +787,7 @@ function answering(status: number, body: string): NonNullable<S3ClientConfig['re
 async function filesUnder(dir: string): Promise<string[]> {
   const out: string[] = []
   const walk = async (d: string): Promise<void> => {
-    let entries
+    let entries: Dirent[]
     try {
       entries = await readdir(d, { withFileTypes: true })
     } catch {

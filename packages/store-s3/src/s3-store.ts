@@ -14,6 +14,7 @@ import {
   S3Client,
   UploadPartCopyCommand,
   type CompletedPart,
+  type GetObjectCommandOutput,
   type HeadObjectCommandOutput,
   type S3ClientConfig,
 } from '@aws-sdk/client-s3'
@@ -189,7 +190,7 @@ export class S3Store implements Store {
     const valid = Number.isSafeInteger(start) && start >= 0 && (end === undefined || (Number.isSafeInteger(end) && end >= start))
     if (!valid) throw rangeNotSatisfiable(key, range, (await this.#head('GetObject', key, objectKey)).size)
 
-    let out
+    let out: GetObjectCommandOutput
     try {
       out = await this.client.send(new GetObjectCommand({ Bucket: this.bucket, Key: objectKey, Range: `bytes=${start}-${end ?? ''}` }))
     } catch (err) {

@@ -1,4 +1,5 @@
 import { createHash, randomBytes } from 'node:crypto'
+import type { Dirent } from 'node:fs'
 import { mkdtemp, readdir, readFile, rm, stat, unlink, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -52,7 +53,7 @@ async function rejection(promise: Promise<unknown>): Promise<AttachStorageError>
 async function filesUnder(dir: string): Promise<string[]> {
   const out: string[] = []
   const walk = async (d: string, prefix: string): Promise<void> => {
-    let entries
+    let entries: Dirent[]
     try {
       entries = await readdir(d, { withFileTypes: true })
     } catch {

@@ -373,19 +373,20 @@ export class SftpStore implements Store {
       await conn.request((cb) => conn.sftp.mkdir(dir, cb))
       return
     } catch (err) {
+      let failure: unknown = err
       if (isNoSuchFile(err)) {
         await this.#mkdirp(conn, posix.dirname(dir))
         try {
           await conn.request((cb) => conn.sftp.mkdir(dir, cb))
           return
         } catch (again) {
-          err = again
+          failure = again
         }
       }
       // Most often it exists already (SFTP v3 has no EEXIST: OpenSSH answers FAILURE).
       const attrs = await lstat(conn, dir).catch(() => undefined)
       if (attrs !== undefined && isDirectory(attrs)) return
-      throw err
+      throw failure
     }
   }
 
@@ -461,7 +462,7 @@ export class SftpStore implements Store {
         try {
           await conn.request((cb) => conn.sftp.unlink(temp, cb))
           this.#orphans.delete(temp)
-        } catch (err) {
+        } catch {
           if (!conn.broken) this.#orphans.delete(temp) // gone already, or not ours to remove
         }
       }

@@ -23,6 +23,7 @@ export interface FileProbe {
 }
 
 /** A filter's verdict on a file: `null`/`undefined` passes; `{code, message}` rejects it. */
+// biome-ignore lint/suspicious/noConfusingVoidType: public API, so that a check() with no return statement is a valid filter
 export type FilterVerdict = { code: string; message: string } | null | undefined | void
 
 /**

@@ -41,7 +41,11 @@ async function seed(kit: Kit, refKey: string, files: Record<string, string[]>): 
   const res = await save(kit, refKey, bag)
   expect(res.status).toBe(200)
   const out: Record<string, Rec[]> = {}
-  for (const r of ((await res.json()) as { attachList: Rec[] }).attachList) (out[r.refCategory] ??= []).push(r)
+  for (const r of ((await res.json()) as { attachList: Rec[] }).attachList) {
+    const list = out[r.refCategory] ?? []
+    list.push(r)
+    out[r.refCategory] = list
+  }
   return out
 }
 

@@ -11,6 +11,7 @@
  * them, sentinel directories included, is unchanged) and no `.partial` file is left.
  */
 import { createHash } from 'node:crypto'
+import type { Dirent } from 'node:fs'
 import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join, relative } from 'node:path'
@@ -67,7 +68,7 @@ const errors: string[] = []
 async function tree(dir: string, hash = true): Promise<Map<string, string>> {
   const out = new Map<string, string>()
   const walk = async (p: string) => {
-    let entries
+    let entries: Dirent[]
     try {
       entries = await readdir(p, { withFileTypes: true })
     } catch {
@@ -694,6 +695,7 @@ const idValue = fc.oneof(
     weight: 3,
     arbitrary: fc.oneof(
       fc.integer(),
+      // biome-ignore lint/correctness/noPrecisionLoss: deliberate, the unsafe integer literal a client may send
       fc.constantFrom(0, -1, 1.5, 1e308, -1e308, 2 ** 53, 2 ** 63, Number.MAX_SAFE_INTEGER + 2, 9007199254740993),
       fc.constantFrom('1', '01', '1 ', ' 1', '1e0', '0x1', '-1', '', '1; DROP TABLE attach_file', '99999999999999999999999'),
       fc.constant(null),
@@ -1176,6 +1178,7 @@ describe('what a client names, served back', () => {
         const checkName = (n: string) => {
           expect(n.length).toBeGreaterThan(0)
           expect(n.length).toBeLessThanOrEqual(1024)
+          // biome-ignore lint/suspicious/noControlCharactersInRegex: checks that the cleaned name has no control characters
           expect(n).not.toMatch(/[\u0000-\u001f\u007f/\\]/)
           expect(/\p{Surrogate}/u.test(n)).toBe(false)
         }

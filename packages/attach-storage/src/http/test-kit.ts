@@ -2,6 +2,7 @@
  * Shared set-up of the handler tests: a service on a real database (SQLite file or PostgreSQL) and a
  * real local store in a temp directory, the reference domains, and token helpers. Test-only.
  */
+import type { Dirent } from 'node:fs'
 import { mkdtemp, readdir, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join, relative } from 'node:path'
@@ -101,7 +102,7 @@ export async function makeKit(
     async files(d = baseDir) {
       const out: string[] = []
       const walk = async (p: string) => {
-        let entries
+        let entries: Dirent[]
         try {
           entries = await readdir(p, { withFileTypes: true })
         } catch {

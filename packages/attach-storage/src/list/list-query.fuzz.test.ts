@@ -7,7 +7,16 @@ import fc from 'fast-check'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { openTestDatabase, type TestDatabase } from '../../../../test/databases.js'
 import { AttachStorageError } from '../errors.js'
-import { LIST_OPS, type ListOp, type ListProvider, listResponse, parseListRequest, runList } from './list-query.js'
+import {
+  LIST_OPS,
+  type ListOp,
+  type ListProvider,
+  type ListRequest,
+  type ListResult,
+  listResponse,
+  parseListRequest,
+  runList,
+} from './list-query.js'
 
 const SEED = Number(process.env.FUZZ_SEED ?? Date.now() % 2 ** 31)
 console.info(`list-query.fuzz: seed ${SEED}`)
@@ -291,7 +300,7 @@ describe('list query under fuzzing (SQLite)', () => {
     const seen = { refused: 0, ran: 0, withConds: 0, paged: 0, sorted: 0 }
     await fc.assert(
       fc.asyncProperty(listParams, fc.boolean(), async (p, enforceAlice) => {
-        let request
+        let request: ListRequest
         try {
           request = parseListRequest(p, provider)
         } catch (err) {
@@ -313,7 +322,7 @@ describe('list query under fuzzing (SQLite)', () => {
         expect(request.perPage).toBeLessThanOrEqual(25)
         const enforce = enforceAlice ? (qb: any) => qb.where('owner', '=', 'alice') : undefined
         const expected = model(request, enforceAlice)
-        let result
+        let result: ListResult<Record<string, any>>
         try {
           result = await runList(query(), provider, request, { enforce })
         } catch (err) {

@@ -10,7 +10,6 @@ import { makeKit, saveFile, type Kit } from '../http/test-kit.js'
 import type { Store } from '../stores/store.js'
 import { Resizer } from './resize.js'
 
-const API = '/api/storage'
 const ASSETS = '/assets/storage'
 
 const jpeg = async (width: number, height: number) =>

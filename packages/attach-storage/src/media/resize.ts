@@ -239,7 +239,9 @@ export class Resizer {
     created.ready = (async () => {
       let count = 0
       for await (const e of store.list(prefix)) if (!e.key.slice(prefix.length).includes('/')) count++
-      return (created.slots = { count, pending: 0 })
+      const slots = { count, pending: 0 }
+      created.slots = slots
+      return slots
     })().catch(() => {
       if (this.#slots.get(k) === created) this.#slots.delete(k)
       return undefined

@@ -156,7 +156,7 @@ export function createZipStream(
       if (fields.length) {
         extra.writeUInt16LE(0x0001, 0)
         extra.writeUInt16LE(8 * fields.length, 2)
-        fields.forEach((f, i) => extra.writeBigUInt64LE(BigInt(f), 4 + 8 * i))
+        for (const [i, f] of fields.entries()) extra.writeBigUInt64LE(BigInt(f), 4 + 8 * i)
       }
       const needs64 = fields.length > 0
       const h = Buffer.alloc(46)

@@ -83,7 +83,12 @@ describe('toWebRequest / writeWebResponse', () => {
   it('builds the URL from baseUrl, from forwarded headers only when trusted, and never from the target', async () => {
     const urls: string[] = []
     const echo = (options: Parameters<typeof createNodeHandler>[1]) =>
-      listen(createNodeHandler(async (r) => (urls.push(r.url), new Response(null, { status: 204 })), options))
+      listen(
+        createNodeHandler(async (r) => {
+          urls.push(r.url)
+          return new Response(null, { status: 204 })
+        }, options),
+      )
     const headers = { 'x-forwarded-proto': 'https', 'x-forwarded-host': 'files.example.com' }
     const plain = await echo({})
     const trusted = await echo({ trustProxy: true })
@@ -134,9 +139,17 @@ describe('toWebRequest / writeWebResponse', () => {
     const { base } = await listen(
       createNodeHandler(
         async () =>
-          new Response(new ReadableStream({ pull: (c) => c.enqueue(new Uint8Array(10)), cancel: () => void (cancelled = true) }), {
-            headers: { 'content-length': '10' },
-          }),
+          new Response(
+            new ReadableStream({
+              pull: (c) => c.enqueue(new Uint8Array(10)),
+              cancel: () => {
+                cancelled = true
+              },
+            }),
+            {
+              headers: { 'content-length': '10' },
+            },
+          ),
       ),
     )
     const res = await fetch(base, { method: 'HEAD' })
@@ -211,7 +224,14 @@ describe('client aborts through the attach handler', () => {
     let done: Promise<void> | undefined
     let seen: Request | undefined
     const { port } = await listen((req, res) => {
-      done = handleNodeRequest((r) => ((seen = r), kit.handler.fetch(r)), req, res)
+      done = handleNodeRequest(
+        (r) => {
+          seen = r
+          return kit.handler.fetch(r)
+        },
+        req,
+        res,
+      )
     })
     const boundary = 'xBOUNDARYx'
     const head =
@@ -365,7 +385,12 @@ describe('an answer sent before the request body was read', () => {
 describe('refusals outside the handlers', () => {
   it('answers TRACE (which a Web Request cannot carry) and WebDAV methods 404 JSON, without calling the handler', async () => {
     let called = 0
-    const { port } = await listen(createNodeHandler(async () => (called++, new Response('ok'))))
+    const { port } = await listen(
+      createNodeHandler(async () => {
+        called++
+        return new Response('ok')
+      }),
+    )
     for (const method of ['TRACE', 'PROPFIND', 'M-SEARCH']) {
       const { text } = await exchange(port, [`${method} /x HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n`])
       expect([method, statuses(text), JSON.parse(text.slice(text.indexOf('{'), text.lastIndexOf('}') + 1))]).toEqual([

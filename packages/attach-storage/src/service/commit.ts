@@ -264,7 +264,7 @@ export async function commitEntry(
     if (there && pStore) {
       if (tmpThere) await pStore.delete(pKey)
       else {
-        await transfer(ctx, pStore, pKey, tmp, tmpFile, meta.type)
+        await transfer(pStore, pKey, tmp, tmpFile, meta.type)
         tmpThere = true
       }
     }
@@ -299,7 +299,7 @@ export async function commitEntry(
       }))
   }
   await pause('reserved')
-  if (!placed) await transfer(ctx, tmp, tmpFile, store, key, meta.type)
+  if (!placed) await transfer(tmp, tmpFile, store, key, meta.type)
   await pause('moved')
   // A failure here leaves the file at its place under its pending blob: the retry records it.
   const rec = await ctx.repo.createRecord(
@@ -326,7 +326,7 @@ export async function commitEntry(
     }
     if (!(await ctx.repo.findBlobById(blob.id))) {
       // Nothing guards the file at its place any more: back to where the client left it.
-      await transfer(ctx, store, key, tmp, tmpFile, meta.type).catch((err) =>
+      await transfer(store, key, tmp, tmpFile, meta.type).catch((err) =>
         ctx.logger.error(`attach-storage: could not return ${savedName} to the temporary area`, err),
       )
     }
@@ -355,7 +355,7 @@ export async function refilter(
     size: file.size,
     type: file.type,
     sha256: file.sha256,
-    head: await readHead(ctx, store, key),
+    head: await readHead(store, key),
     open: () => store.get(key),
   })
   if (error) throw badRequest(`${error.code}: ${error.message}`, error.code)

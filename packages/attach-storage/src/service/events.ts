@@ -16,7 +16,10 @@ export class EventHub {
   /** Registers a hook; returns a function that removes it. */
   on<E extends keyof AttachEvents>(event: E, hook: AttachEventHook<E>): () => void {
     let set = this.#hooks.get(event)
-    if (!set) this.#hooks.set(event, (set = new Set()))
+    if (!set) {
+      set = new Set()
+      this.#hooks.set(event, set)
+    }
     set.add(hook)
     return () => set.delete(hook)
   }

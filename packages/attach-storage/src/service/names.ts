@@ -6,7 +6,7 @@ export const DISPLAY_NAME_MAX = 1024
 export function cleanDisplayName(name: unknown, fallback = 'file'): string {
   const base = (typeof name === 'string' ? name : '').split(/[\\/]/).pop() ?? ''
   // Lone surrogates become U+FFFD, and the cut never splits a pair: the name stays valid UTF-16 (and UTF-8).
-  // eslint-disable-next-line no-control-regex
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: strips control characters from a display name
   const clean = wellFormed(base.replace(/[\u0000-\u001f\u007f]/g, '').trim(), DISPLAY_NAME_MAX)
   return clean || fallback
 }

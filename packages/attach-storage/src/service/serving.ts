@@ -138,7 +138,7 @@ export async function resolveDirect(
   const store = ctx.store(domain.store)
   const key = storeKey(p.savedDir, p.savedName)
   const stat = await store.stat(key)
-  const head = await readHead(ctx, store, key)
+  const head = await readHead(store, key)
   return {
     store,
     key,

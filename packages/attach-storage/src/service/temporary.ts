@@ -29,7 +29,7 @@ export interface TmpMeta {
 }
 
 /** The first bytes of a stored file, enough for content sniffing (empty when it cannot be read). */
-export async function readHead(ctx: ServiceContext, store: Store, key: string): Promise<Uint8Array> {
+export async function readHead(store: Store, key: string): Promise<Uint8Array> {
   const s = await store.get(key, { start: 0, end: SNIFF_BYTES - 1 }).catch(() => undefined)
   return s ? readAll(s) : new Uint8Array()
 }

@@ -1,7 +1,7 @@
 /** Receiving files into the temporary area, the filter chain, temporary, direct and editor uploads. */
 import type { Readable } from 'node:stream'
-import { badRequest, } from '../errors.js'
-import type { FileProbe } from '../filters/filters.js'
+import { badRequest } from '../errors.js'
+import type { FileProbe, FilterVerdict } from '../filters/filters.js'
 import { extensionOf, sniffType } from '../media/sniff.js'
 import type { RegisteredCategory } from '../registry/registry.js'
 import { renameAcross } from '../stores/local-store.js'
@@ -106,7 +106,7 @@ export async function runFilters(
 ): Promise<{ code: string; message: string } | undefined> {
   const chain = [...category.filters, ...requestFilters.map((f) => ({ filter: ctx.registry.requestFilter(f.name)!, options: f.options }))]
   for (const { filter, options } of chain) {
-    let verdict
+    let verdict: FilterVerdict
     try {
       verdict = await filter.check(probe, options)
     } catch (err) {
@@ -230,7 +230,7 @@ export async function completeDirectUpload(
       }
       const { type } = checked
       const key = storeKey(savedDir, f.name)
-      await transfer(ctx, ctx.stores.tmpStore, tmpKey(f.name), store, key, type)
+      await transfer(ctx.stores.tmpStore, tmpKey(f.name), store, key, type)
       done.push({ store, key })
       ctx.events.emit('uploaded', {
         kind,
@@ -268,14 +268,7 @@ export async function completeDirectUpload(
  * Moves a file between stores: a rename on one local file system, else stream copy + delete. Durable
  * once it resolves: a rename is followed by an fsync of both directories (a put fsyncs itself).
  */
-export async function transfer(
-  ctx: ServiceContext,
-  from: Store,
-  fromKey: string,
-  to: Store,
-  toKey: string,
-  contentType?: string,
-): Promise<void> {
+export async function transfer(from: Store, fromKey: string, to: Store, toKey: string, contentType?: string): Promise<void> {
   if (from === to) return to.move(fromKey, toKey)
   if (await renameAcross(from, fromKey, to, toKey)) return
   const { size } = await from.stat(fromKey)

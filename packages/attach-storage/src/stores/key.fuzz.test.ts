@@ -95,6 +95,7 @@ function checkSafe(key: string): void {
   expect(key.length).toBeLessThanOrEqual(MAX_KEY_LENGTH)
   expect(key.startsWith('/')).toBe(false)
   expect(key.endsWith('/')).toBe(false)
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: checks that a key has no control characters
   expect(key).not.toMatch(/[\\%:\u0000-\u001f\u007f]/)
   expect(key).toMatch(/^[\x20-\x7e]+$/)
   for (const segment of key.split('/')) {

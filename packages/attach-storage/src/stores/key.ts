@@ -15,6 +15,7 @@ export const MAX_SEGMENT_LENGTH = 255
  */
 const SEGMENT = /^[A-Za-z0-9_@+=-](?:[A-Za-z0-9._@+=, -]*[A-Za-z0-9_@+=,-])?$/
 
+// biome-ignore lint/suspicious/noControlCharactersInRegex: finds the control characters a key must not hold
 const CONTROL = /[\u0000-\u001f\u007f]/
 
 const badKey = (what: string, key: string, reason: string): AttachStorageError =>
