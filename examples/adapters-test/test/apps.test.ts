@@ -47,6 +47,14 @@ const listening = async (server: Server) => {
   return (server.address() as AddressInfo).port
 }
 
+/** Closes a server and every connection it holds. */
+function stopServer(server: Server): Promise<void> {
+  return new Promise<void>((r) => {
+    server.closeAllConnections()
+    server.close(() => r())
+  })
+}
+
 /** Each app started in-process on port 0, the way its src/server.ts starts it. */
 const APPS = {
   async hono(env: Env) {
@@ -57,11 +65,7 @@ const APPS = {
       ref,
       server,
       port: await listening(server),
-      stop: () =>
-        new Promise<void>((r) => {
-          server.closeAllConnections()
-          server.close(() => r())
-        }),
+      stop: () => stopServer(server),
     }
   },
   async express(env: Env) {
@@ -71,11 +75,7 @@ const APPS = {
       ref,
       server,
       port: await listening(server),
-      stop: () =>
-        new Promise<void>((r) => {
-          server.closeAllConnections()
-          server.close(() => r())
-        }),
+      stop: () => stopServer(server),
     }
   },
   async fastify(env: Env) {
