@@ -21,7 +21,8 @@
  * are installed with apt-get when they are missing (`apt-get update` once, then one `apt-get install`),
  * as root or through passwordless sudo, and the set-up says so on stderr: `postgresql` and
  * `mariadb-server` (unless the URL above names a server), `openssh-server` and `openssh-client` (the SFTP
- * store tests start sshd), `python3` (the ZIP tests check archives with its zipfile module). When all
+ * store tests start sshd), `python3` (the ZIP tests check archives with its zipfile module), `nginx-light`
+ * (the X-Accel-Redirect tests put nginx in front of the server). When all
  * are present nothing is run and nothing is printed. Set `ATTACH_TEST_NO_INSTALL=1` to never install.
  *
  * No binaries (and no way to install them): the run fails (never a silent skip), with a hint on how to
@@ -121,6 +122,8 @@ function missingPackages(): Array<{ name: string; why: string }> {
   // packages/store-sftp/src/test-sshd.ts runs these two by their Debian paths.
   if (!existsSync('/usr/sbin/sshd')) missing.push({ name: 'openssh-server', why: 'OpenSSH server (/usr/sbin/sshd)' })
   if (!existsSync('/usr/bin/ssh-keygen')) missing.push({ name: 'openssh-client', why: 'ssh-keygen (/usr/bin/ssh-keygen)' })
+  // packages/attach-storage/src/http/offload.test.ts puts nginx in front of the server.
+  if (!existsSync('/usr/sbin/nginx')) missing.push({ name: 'nginx-light', why: 'nginx (/usr/sbin/nginx), the X-Accel-Redirect tests' })
   if (findOnPath('python3') === undefined) missing.push({ name: 'python3', why: 'python3 (the ZIP tests read archives with zipfile)' })
   return missing
 }

@@ -63,6 +63,14 @@ const CategorySchema = v.object({
       ),
     ),
   ),
+  /**
+   * A guarded category's files may leave through presigned store addresses (`serve: redirect`), which
+   * anyone holding one can read until it expires. Unset: a guarded category's files always stream
+   * through the process, whatever its store's `serve` says. Categories without a secure-access
+   * function need nothing.
+   * @default false
+   */
+  allowRedirect: v.optional(v.boolean(), false),
 })
 
 const NAME = v.pipe(v.string(), v.regex(/^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$/, 'must be 1-64 letters, digits, _ or -'))
@@ -78,7 +86,25 @@ const DomainSchema = v.object({
   mayChange: v.optional(v.custom<EntityChangeGuard>((f) => typeof f === 'function', 'must be a function')),
 })
 
-const StoreSchema = v.looseObject({ type: v.optional(v.string()) })
+/** How the binary group hands out a store's bytes (docs/serving.md). */
+export const SERVE_MODES = ['stream', 'x-accel-redirect', 'x-sendfile', 'redirect'] as const
+
+/** A store's type and the core's own settings of it; the rest belongs to the store's package. */
+const StoreSchema = v.looseObject({
+  type: v.optional(v.string()),
+  /**
+   * Who sends the bytes of views and downloads, once this process has checked access: `stream` (this
+   * process), `x-accel-redirect` (nginx, from `serve-location`), `x-sendfile` (Apache or lighttpd, from
+   * the file's path; local stores), `redirect` (a 302 to a presigned store address; stores with
+   * `presignGet`, S3 and Azure).
+   * @default 'stream'
+   */
+  serve: v.optional(v.picklist(SERVE_MODES, `must be one of ${SERVE_MODES.join(', ')}`)),
+  /** `x-accel-redirect`: the internal nginx location that maps to this store's base directory, e.g. `/_attach/local/`. */
+  serveLocation: v.optional(v.pipe(v.string(), v.regex(/^\/([A-Za-z0-9_.-]+\/)*$/, 'must be a path that starts and ends with /'))),
+  /** `redirect`: how long a presigned address stays valid (a duration: `5m`, `300s`, or milliseconds). @default '5m' */
+  redirectTtl: v.optional(v.union([v.number(), v.string()])),
+})
 
 const prefix = (def: string) =>
   v.optional(

@@ -45,6 +45,28 @@ export function parseRange(header: string | null, size: number): ByteRange | nul
 
 const quoteEtag = (sha: string) => `"${sha}"`
 
+/**
+ * The answer that hands the bytes to the server in front: this process's headers (type, download name,
+ * nosniff, cache policy, the sandbox of active content) and `X-Accel-Redirect` (nginx) or `X-Sendfile`
+ * (Apache, lighttpd). That server sends the file with its own Content-Length, ETag, Last-Modified,
+ * Range and conditional answers; nginx keeps Content-Type, Content-Disposition and Cache-Control of
+ * this answer and adds the rest as its configuration says (docs/serving.md).
+ */
+function handOff(
+  target: ServeTarget,
+  delivery: Extract<NonNullable<ServeTarget['delivery']>, { mode: 'x-accel-redirect' | 'x-sendfile' }>,
+  headers: Headers,
+  active: boolean,
+): Response {
+  if (active) headers.set('content-security-policy', "default-src 'none'; sandbox")
+  const scope = target.private ? 'private' : 'public'
+  headers.set('cache-control', target.cache === 'immutable' ? `${scope}, max-age=31536000, immutable` : `${scope}, no-cache`)
+  if (target.vary) headers.set('vary', target.vary)
+  if (delivery.mode === 'x-accel-redirect') headers.set('x-accel-redirect', delivery.uri)
+  else headers.set('x-sendfile', delivery.path)
+  return new Response(null, { status: 200, headers })
+}
+
 /** Bodies up to this size are answered as bytes rather than as a stream. */
 const SMALL_BODY = 256 * 1024
 
@@ -75,9 +97,14 @@ export async function serveFile(request: Request, target: ServeTarget, action: '
   const headers = new Headers()
   const active = isActiveContent(target.fileType)
   const asAttachment = action === 'download' || active
-  headers.set('content-type', active ? 'application/octet-stream' : target.fileType || 'application/octet-stream')
+  const type = active ? 'application/octet-stream' : target.fileType || 'application/octet-stream'
+  const disposition = contentDisposition(asAttachment ? 'attachment' : 'inline', target.displayName)
+  headers.set('content-type', type)
   headers.set('x-content-type-options', 'nosniff')
-  headers.set('content-disposition', contentDisposition(asAttachment ? 'attachment' : 'inline', target.displayName))
+  headers.set('content-disposition', disposition)
+  if (target.delivery?.mode === 'x-accel-redirect' || target.delivery?.mode === 'x-sendfile') {
+    return handOff(target, target.delivery, headers, active)
+  }
   headers.set('accept-ranges', 'bytes')
   if (active) headers.set('content-security-policy', "default-src 'none'; sandbox")
   const scope = target.private ? 'private' : 'public'
@@ -87,6 +114,17 @@ export async function serveFile(request: Request, target: ServeTarget, action: '
   if (target.lastModified && target.cache === 'immutable') headers.set('last-modified', target.lastModified.toUTCString())
 
   if (notModified(request, target)) return new Response(null, { status: 304, headers })
+  if (target.delivery?.mode === 'redirect') {
+    // The store sends the bytes (and answers Range itself); the address is short-lived, so never cached.
+    const location = await target.store.presignGet!(target.key, {
+      expiresIn: target.delivery.ttlSeconds,
+      contentType: type,
+      contentDisposition: disposition,
+    })
+    const redirect = new Headers({ location, 'cache-control': 'private, no-store', 'x-content-type-options': 'nosniff' })
+    if (target.vary) redirect.set('vary', target.vary)
+    return new Response(null, { status: 302, headers: redirect })
+  }
 
   let range: ByteRange | null = null
   const ifRange = request.headers.get('if-range')

@@ -9,6 +9,8 @@ export interface RegisteredCategory {
   secureAccess: SecureAccessFunction | undefined
   /** The only resize boxes views may ask for; undefined: any within the bounds. */
   sizes: AllowedSize[] | undefined
+  /** A guarded category's files may leave through presigned store addresses. */
+  allowRedirect: boolean
 }
 
 /** A domain as registered. */
@@ -27,6 +29,8 @@ export interface CategoryOptions {
   secureAccess?: SecureAccessFunction
   /** The only resize boxes views of the category may ask for. */
   sizes?: AllowedSize[]
+  /** A guarded category's files may leave through presigned store addresses (`serve: redirect`). */
+  allowRedirect?: boolean
 }
 
 /** What a domain is registered with. */
@@ -109,7 +113,7 @@ export class Registry {
       if (options.mayChange) domain.mayChange = options.mayChange
     }
     if (!domain.categories.has('default')) {
-      domain.categories.set('default', { name: 'default', filters: [], secureAccess: undefined, sizes: undefined })
+      domain.categories.set('default', { name: 'default', filters: [], secureAccess: undefined, sizes: undefined, allowRedirect: false })
     }
     return domain
   }
@@ -133,7 +137,13 @@ export class Registry {
       }
       return { filter, options: opts as Record<string, unknown> }
     })
-    const category: RegisteredCategory = { name, filters, secureAccess: options.secureAccess, sizes: options.sizes }
+    const category: RegisteredCategory = {
+      name,
+      filters,
+      secureAccess: options.secureAccess,
+      sizes: options.sizes,
+      allowRedirect: options.allowRedirect === true,
+    }
     domain.categories.set(name, category)
     return category
   }

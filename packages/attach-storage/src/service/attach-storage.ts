@@ -197,7 +197,12 @@ export class AttachStorage {
     for (const [name, d] of Object.entries(config.domains)) {
       this.registry.registerDomain(name, { store: d.store ?? config.defaultStore, dateField: d.dateField, mayChange: d.mayChange })
       for (const [cat, c] of Object.entries(d.categories)) {
-        this.registry.registerCategory(name, cat, { filters: c.filters, secureAccess: c.secureAccess, sizes: c.sizes })
+        this.registry.registerCategory(name, cat, {
+          filters: c.filters,
+          secureAccess: c.secureAccess,
+          sizes: c.sizes,
+          allowRedirect: c.allowRedirect,
+        })
       }
     }
     await o.registrar?.(this.registry, this)

@@ -8,7 +8,9 @@ import type { ServiceContext } from './context.js'
 import { checkRefKey, parseDirectPath, SAVED_NAME, storeKey } from './layout.js'
 import { applyFilters } from './records.js'
 import { readHead, readTmpMeta, tmpKey } from './temporary.js'
-import type { AccessContext, LookupFilters, ServeTarget } from './types.js'
+import type { RegisteredCategory } from '../registry/registry.js'
+import type { Store } from '../stores/store.js'
+import type { AccessContext, Delivery, LookupFilters, ServeTarget } from './types.js'
 import { EDITOR_DOMAIN } from './uploads.js'
 
 /** How a saved file is to be served: resized or not, and whether only its headers are wanted (HEAD). */
@@ -68,6 +70,8 @@ export async function serveRecord(
     )
     if (variant) {
       const ext = resize.format ? `.${resize.format === 'jpeg' ? 'jpg' : resize.format}` : undefined
+      // A variant made by this request is in memory already: it is answered from there.
+      const delivery = variant.bytes ? undefined : deliveryOf(ctx, store, variant.key, category)
       return {
         store,
         key: variant.key,
@@ -80,6 +84,7 @@ export async function serveRecord(
         private: category.secureAccess !== undefined,
         vary: resize.negotiated ? 'Accept' : undefined,
         bytes: variant.bytes,
+        delivery,
       }
     }
   }
@@ -94,6 +99,26 @@ export async function serveRecord(
     cache,
     private: category.secureAccess !== undefined,
     vary: resize?.negotiated ? 'Accept' : undefined,
+    delivery: deliveryOf(ctx, store, key, category),
+  }
+}
+
+/**
+ * Who sends the bytes of a checked file, by its store's `serve` setting; undefined: this process
+ * streams them. A guarded category's files never leave through a presigned address unless the
+ * category allows it (`allowRedirect`): such an address is readable by anyone holding it.
+ */
+export function deliveryOf(ctx: ServiceContext, store: Store, key: string, category: RegisteredCategory): Delivery | undefined {
+  const serving = ctx.stores.serving.get(store.name)
+  switch (serving?.mode) {
+    case 'x-accel-redirect':
+      return { mode: 'x-accel-redirect', uri: serving.location + key.split('/').map(encodeURIComponent).join('/') }
+    case 'x-sendfile':
+      return store.localPath ? { mode: 'x-sendfile', path: store.localPath(key) } : undefined
+    case 'redirect':
+      return category.secureAccess && !category.allowRedirect ? undefined : { mode: 'redirect', ttlSeconds: serving.ttlSeconds }
+    default:
+      return undefined
   }
 }
 
@@ -148,6 +173,7 @@ export async function resolveDirect(
     lastModified: stat.lastModified,
     cache: 'immutable',
     private: category.secureAccess !== undefined,
+    delivery: deliveryOf(ctx, store, key, category),
   }
 }
 

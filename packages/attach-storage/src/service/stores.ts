@@ -1,14 +1,30 @@
 import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
 import { checkStoreDeclarations, STORE_PACKAGES, type AttachConfigParsed } from '../config/schema.js'
+import { parseDuration } from '../config/units.js'
 import { configError } from '../errors.js'
 import { LocalStore } from '../stores/local-store.js'
 import type { Store, StoreFactory } from '../stores/store.js'
+
+/** How a store's bytes leave (its `serve` settings, checked against what the store can do). */
+export type StoreServing =
+  | { mode: 'stream' }
+  | { mode: 'x-accel-redirect'; location: string }
+  | { mode: 'x-sendfile' }
+  | { mode: 'redirect'; ttlSeconds: number }
+
+/** The settings of a store that the core reads; the store's package never sees them. */
+const CORE_SETTINGS = ['serve', 'serveLocation', 'redirectTtl']
+
+/** Longest a presigned address may stay valid (S3's limit for signature version 4). */
+const MAX_REDIRECT_TTL_SECONDS = 7 * 24 * 3600
 
 /** The stores of a service, by name, with the settings each was declared with. */
 export interface StoreSet {
   stores: Map<string, Store>
   settings: Map<string, Record<string, unknown>>
+  /** How each store's bytes leave (`stream` unless its `serve` setting says otherwise). */
+  serving: Map<string, StoreServing>
   tmpStore: Store
   baseDir: string
   tmpDir: string
@@ -75,6 +91,7 @@ export async function createStores(
   checkStoreDeclarations(declared, config, custom)
 
   const stores = new Map<string, Store>()
+  const serving = new Map<string, StoreServing>()
   const load = options.importModule ?? importStorePackage
   try {
     for (const [name, settings] of Object.entries(declared)) {
@@ -83,8 +100,10 @@ export async function createStores(
         stores.set(name, ready)
         continue
       }
-      stores.set(name, await createStore(name, settings, baseDir, options.storeFactories, load))
+      const own = Object.fromEntries(Object.entries(settings).filter(([k]) => !CORE_SETTINGS.includes(k)))
+      stores.set(name, await createStore(name, own, baseDir, options.storeFactories, load))
     }
+    for (const [name, store] of stores) serving.set(name, storeServing(name, declared[name]!, store))
   } catch (err) {
     // A store package refused its settings: the stores made so far (not the host's) are released.
     await Promise.allSettled([...stores].filter(([name]) => !options.stores?.[name]).map(([, store]) => store.close()))
@@ -92,7 +111,33 @@ export async function createStores(
   }
   const tmpStore = config.tmpStore ? stores.get(config.tmpStore)! : new LocalStore('tmp', { baseDir: tmpDir })
   const settings = new Map(Object.entries(declared))
-  return { stores, settings, tmpStore, baseDir, tmpDir }
+  return { stores, settings, serving, tmpStore, baseDir, tmpDir }
+}
+
+/** A store's `serve` settings, refused at start when the store cannot serve that way. */
+function storeServing(name: string, settings: Record<string, unknown>, store: Store): StoreServing {
+  const where = `attach.stores.${name}`
+  const mode = (settings.serve as StoreServing['mode'] | undefined) ?? 'stream'
+  if (mode === 'x-accel-redirect') {
+    if (typeof settings.serveLocation !== 'string') throw configError(`${where}.serve-location is required with serve: x-accel-redirect`)
+    return { mode, location: settings.serveLocation }
+  }
+  if (mode === 'x-sendfile') {
+    if (!store.localPath)
+      throw configError(`${where}: serve: x-sendfile needs a store on the local file system; store type ${store.type} is not`)
+    return { mode }
+  }
+  if (mode === 'redirect') {
+    if (!store.presignGet)
+      throw configError(`${where}: serve: redirect needs a store that signs addresses (s3, azure); store type ${store.type} does not`)
+    const ms = settings.redirectTtl === undefined ? 300_000 : parseDuration(settings.redirectTtl)
+    const ttlSeconds = ms === undefined ? Number.NaN : Math.floor(ms / 1000)
+    if (!(ttlSeconds >= 1 && ttlSeconds <= MAX_REDIRECT_TTL_SECONDS)) {
+      throw configError(`${where}.redirect-ttl must be a duration from 1s to 7d`)
+    }
+    return { mode, ttlSeconds }
+  }
+  return { mode: 'stream' }
 }
 
 /** Creates one declared store: a host factory, the core's local store, or the store package of its type. */

@@ -187,4 +187,18 @@ export interface ServeTarget {
   vary?: string
   /** The bytes themselves, when they are in memory already (a variant just made); else read from the store. */
   bytes?: Buffer
+  /** Who sends the bytes when not this process (the store's `serve` mode); absent: streamed from the store. */
+  delivery?: Delivery
 }
+
+/**
+ * How the bytes of an answer leave when the store's `serve` setting hands them to someone else, after
+ * every access check has passed here:
+ * - `x-accel-redirect`: nginx, from an internal location (`uri`), with its own Range and conditional handling;
+ * - `x-sendfile`: Apache (mod_xsendfile) or lighttpd, from the file's absolute `path`;
+ * - `redirect`: the store itself, through a presigned address valid for `ttlSeconds`.
+ */
+export type Delivery =
+  | { mode: 'x-accel-redirect'; uri: string }
+  | { mode: 'x-sendfile'; path: string }
+  | { mode: 'redirect'; ttlSeconds: number }

@@ -78,6 +78,23 @@ export interface Store {
    * writes leave nothing behind (object stores) do not have it. The sweep calls it with `tmp-ttl`.
    */
   sweepPartials?(olderThan: Date): Promise<number>
+  /**
+   * Optional (object stores with signed URLs): a short-lived address from which a client reads the
+   * object directly, answered with the given `Content-Type` and `Content-Disposition` (S3's
+   * `response-content-*` overrides, Azure's `rsct`/`rscd`). A store that has it may be declared with
+   * `serve: redirect`: views and downloads then answer 302 to this address.
+   */
+  presignGet?(key: string, options: PresignGetOptions): Promise<string>
+}
+
+/** What {@link Store.presignGet} signs. */
+export interface PresignGetOptions {
+  /** Seconds the address stays valid. */
+  expiresIn: number
+  /** The `Content-Type` the store answers with. */
+  contentType: string
+  /** The `Content-Disposition` the store answers with (the download name). */
+  contentDisposition: string
 }
 
 /** Creates a store from its declared settings; what a store package exports as `createStore`. */

@@ -1,0 +1,243 @@
+/**
+ * Offload modes: views and downloads whose bytes another server sends once this process has checked
+ * access. `x-accel-redirect` runs through a real nginx in front of the server; the other modes' answers
+ * and the start-up refusals are checked at the handler.
+ */
+import { createHash } from 'node:crypto'
+import { mkdtemp, rm } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { createServer, type Server } from 'node:http'
+import type { AddressInfo } from 'node:net'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { createNodeHandler } from '../node/index.js'
+import { LocalStore } from '../stores/local-store.js'
+import type { PresignGetOptions, Store } from '../stores/store.js'
+import { type Kit, makeKit, png, saveFile, token } from './test-kit.js'
+import { type Nginx, startNginx } from './test-nginx.js'
+
+const ASSETS = '/assets/storage'
+const sha = (b: Uint8Array) => createHash('sha256').update(b).digest('hex')
+
+describe('serve: x-accel-redirect, through nginx', () => {
+  let kit: Kit
+  let server: Server
+  let nginx: Nginx
+  const bytes = new Uint8Array(300 * 1024).map((_, i) => (i * 7) % 251)
+  let id: number
+  let privateId: number
+  let imageId: number
+
+  beforeAll(async () => {
+    kit = await makeKit('sqlite', {
+      config: { stores: { local: { type: 'local', serve: 'x-accel-redirect', 'serve-location': '/_attach/local/' } } },
+    })
+    id = (await saveFile(kit, new Blob([bytes]), '보고서 final.bin', '1')).id
+    privateId = (await saveFile(kit, new Blob([bytes]), 'secret.bin', '1', 'private')).id
+    imageId = (await saveFile(kit, await png(40, 30), 'photo.png', '2', 'image')).id
+    server = createServer(createNodeHandler(kit.handler.fetch))
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()))
+    nginx = await startNginx({
+      upstreamPort: (server.address() as AddressInfo).port,
+      prefixes: ['/api/storage', ASSETS],
+      internal: { '/_attach/local/': kit.baseDir },
+    })
+  })
+  afterAll(async () => {
+    await nginx?.stop()
+    server?.closeAllConnections()
+    await new Promise<void>((r) => (server ? server.close(() => r()) : r()))
+    await kit?.cleanup()
+  })
+
+  it('the server answers headers and X-Accel-Redirect only; nginx sends the bytes', async () => {
+    const direct = await kit.call(`${ASSETS}/attach/view/${id}`)
+    expect(direct.status).toBe(200)
+    expect(direct.headers.get('x-accel-redirect')).toMatch(/^\/_attach\/local\/demo\/\d{4}\/\d{2}\/1\/[0-9a-f-]{36}\.bin$/)
+    expect((await direct.arrayBuffer()).byteLength).toBe(0)
+
+    const res = await fetch(`${nginx.url}${ASSETS}/attach/view/${id}`)
+    expect(res.status).toBe(200)
+    const body = new Uint8Array(await res.arrayBuffer())
+    expect(sha(body)).toBe(sha(bytes))
+    expect(res.headers.get('content-length')).toBe(String(bytes.length))
+    expect(res.headers.get('content-type')).toBe('application/octet-stream')
+    expect(res.headers.get('content-disposition')).toMatch(/^inline; /)
+    expect(res.headers.get('x-content-type-options')).toBe('nosniff')
+    expect(res.headers.get('cache-control')).toBe('public, max-age=31536000, immutable')
+    expect(res.headers.get('x-accel-redirect')).toBeNull()
+  })
+
+  it('keeps the download name (RFC 6266, UTF-8) and serves by reference too', async () => {
+    const res = await fetch(`${nginx.url}${ASSETS}/attach/download/demo/1/default`)
+    expect(res.status).toBe(200)
+    expect(res.headers.get('content-disposition')).toBe(
+      `attachment; filename="___ final.bin"; filename*=UTF-8''${encodeURIComponent('보고서 final.bin')}`,
+    )
+    expect(sha(new Uint8Array(await res.arrayBuffer()))).toBe(sha(bytes))
+  })
+
+  it('answers Range with 206 and conditional requests with 304, from nginx', async () => {
+    const ranged = await fetch(`${nginx.url}${ASSETS}/attach/view/${id}`, { headers: { range: 'bytes=100-199' } })
+    expect(ranged.status).toBe(206)
+    expect(ranged.headers.get('content-range')).toBe(`bytes 100-199/${bytes.length}`)
+    expect(new Uint8Array(await ranged.arrayBuffer())).toEqual(bytes.subarray(100, 200))
+
+    const first = await fetch(`${nginx.url}${ASSETS}/attach/view/${id}`)
+    await first.arrayBuffer()
+    const etag = first.headers.get('etag')
+    expect(etag).toBeTruthy()
+    const again = await fetch(`${nginx.url}${ASSETS}/attach/view/${id}`, { headers: { 'if-none-match': etag! } })
+    expect(again.status).toBe(304)
+    const since = await fetch(`${nginx.url}${ASSETS}/attach/view/${id}`, {
+      headers: { 'if-modified-since': first.headers.get('last-modified')! },
+    })
+    expect(since.status).toBe(304)
+  })
+
+  it('refuses a guarded file without access (403 JSON from the server) and serves it with access', async () => {
+    const refused = await fetch(`${nginx.url}${ASSETS}/attach/view/${privateId}`)
+    expect(refused.status).toBe(403)
+    expect(await refused.json()).toMatchObject({ code: 'forbidden', message: expect.any(String) })
+    const ok = await fetch(`${nginx.url}${ASSETS}/attach/view/${privateId}`, { headers: { authorization: `Bearer ${await token('7')}` } })
+    expect(ok.status).toBe(200)
+    expect(ok.headers.get('cache-control')).toBe('private, max-age=31536000, immutable')
+    expect(sha(new Uint8Array(await ok.arrayBuffer()))).toBe(sha(bytes))
+  })
+
+  it('never serves the internal location from outside, and refuses traversal', async () => {
+    const key = (await kit.call(`${ASSETS}/attach/view/${id}`)).headers.get('x-accel-redirect')!
+    const outside = await fetch(`${nginx.url}${key}`)
+    expect(outside.status).toBe(404)
+    await outside.arrayBuffer()
+    for (const path of [
+      `${ASSETS}/attach/view/demo/..%2F..%2F..%2Fetc/passwd/default`,
+      `${ASSETS}/attach/view/demo/1/..%2F..%2Fdefault`,
+      `${ASSETS}/attach-direct/view/demo/default?path=/demo/../../etc/passwd`,
+    ]) {
+      const res = await fetch(`${nginx.url}${path}`)
+      expect(res.status, path).toBeGreaterThanOrEqual(400)
+      expect(res.status, path).toBeLessThan(500)
+      expect(await res.json()).toMatchObject({ code: expect.any(String), message: expect.any(String) })
+    }
+  })
+
+  it('hands a stored resized variant to nginx too; the request that makes it answers from memory', async () => {
+    const made = await fetch(`${nginx.url}${ASSETS}/attach/view/${imageId}?w=20`)
+    expect(made.status).toBe(200)
+    expect(made.headers.get('content-type')).toBe('image/png')
+    const first = new Uint8Array(await made.arrayBuffer())
+    const header = await kit.call(`${ASSETS}/attach/view/${imageId}?w=20`)
+    expect(header.headers.get('x-accel-redirect')).toMatch(new RegExp(`/_v/${imageId}/20x0$`))
+    const stored = await fetch(`${nginx.url}${ASSETS}/attach/view/${imageId}?w=20`)
+    expect(new Uint8Array(await stored.arrayBuffer())).toEqual(first)
+  })
+})
+
+/** A local store that also signs addresses, as an object store does (beside the real S3 and Azure tests). */
+class SigningLocalStore extends LocalStore {
+  readonly signed: Array<{ key: string; options: PresignGetOptions }> = []
+  async presignGet(key: string, options: PresignGetOptions): Promise<string> {
+    this.signed.push({ key, options })
+    return `https://bucket.example/${key}?expires=${options.expiresIn}`
+  }
+}
+
+describe('serve: redirect and x-sendfile at the handler', () => {
+  it('redirect: a 302 to the store address with the type and download name signed in; guarded categories stream unless allowed', async () => {
+    let store: SigningLocalStore | undefined
+    const dir = await mkdtemp(join(tmpdir(), 'attach-signing-'))
+    const kit = await makeKit('sqlite', {
+      storeFactories: {
+        signing: (name) => {
+          store = new SigningLocalStore(name, { baseDir: dir })
+          return store
+        },
+      },
+      config: { defaultStore: 'signed', stores: { signed: { type: 'signing', serve: 'redirect', 'redirect-ttl': '90s' } } },
+      registrar: (registry) => {
+        registry.registerCategory('demo', 'shared', { secureAccess: () => true, allowRedirect: true })
+      },
+    })
+    try {
+      const { id } = await saveFile(kit, new Blob(['hello']), 'a b.txt', '1')
+      const res = await kit.call(`${ASSETS}/attach/download/${id}`)
+      expect(res.status).toBe(302)
+      expect(res.headers.get('location')).toMatch(/^https:\/\/bucket\.example\/demo\/.*\?expires=90$/)
+      expect(res.headers.get('cache-control')).toBe('private, no-store')
+      expect(store!.signed.at(-1)!.options).toEqual({
+        expiresIn: 90,
+        contentType: 'text/plain',
+        contentDisposition: `attachment; filename="a b.txt"; filename*=UTF-8''a%20b.txt`,
+      })
+      // A client that has the bytes already gets 304, and no address is signed for it.
+      const signedBefore = store!.signed.length
+      const unchanged = await kit.call(`${ASSETS}/attach/download/${id}`, {
+        headers: { 'if-none-match': `"${sha(new TextEncoder().encode('hello'))}"` },
+      })
+      expect(unchanged.status).toBe(304)
+      expect(store!.signed.length).toBe(signedBefore)
+
+      // A guarded category streams through the process...
+      const secret = await saveFile(kit, new Blob(['secret']), 's.txt', '1', 'private')
+      const guarded = await kit.call(`${ASSETS}/attach/view/${secret.id}`, { headers: { authorization: `Bearer ${await token('7')}` } })
+      expect(guarded.status).toBe(200)
+      expect(await guarded.text()).toBe('secret')
+      // ...unless the category allows presigned addresses.
+      const shared = await saveFile(kit, new Blob(['shared']), 'x.txt', '1', 'shared')
+      const allowed = await kit.call(`${ASSETS}/attach/view/${shared.id}`)
+      expect(allowed.status).toBe(302)
+      expect(store!.signed.at(-1)!.options.contentDisposition).toMatch(/^inline; /)
+    } finally {
+      await kit.cleanup()
+      await rm(dir, { recursive: true, force: true })
+    }
+  })
+
+  it('x-sendfile: the absolute path of the file, inside the store, and no body', async () => {
+    const kit = await makeKit('sqlite', { config: { stores: { local: { type: 'local', serve: 'x-sendfile' } } } })
+    try {
+      const { id } = await saveFile(kit, new Blob(['hello']), 'a.txt', '1')
+      const res = await kit.call(`${ASSETS}/attach/view/${id}`)
+      expect(res.status).toBe(200)
+      expect(res.headers.get('x-sendfile')!.startsWith(`${kit.baseDir}/demo/`)).toBe(true)
+      expect(res.headers.get('content-type')).toBe('text/plain')
+      expect(res.headers.get('content-disposition')).toMatch(/^inline; /)
+      expect(await res.text()).toBe('')
+    } finally {
+      await kit.cleanup()
+    }
+  })
+
+  it('refuses at start a serve mode the store cannot do, naming the setting', async () => {
+    const refused = async (store: Record<string, unknown>, message: RegExp, factories?: Record<string, (name: string) => Store>) => {
+      await expect(makeKit('sqlite', { storeFactories: factories, config: { stores: { local: store } } })).rejects.toMatchObject({
+        code: 'config-invalid',
+        message: expect.stringMatching(message),
+      })
+    }
+    await refused({ type: 'local', serve: 'x-accel-redirect' }, /attach\.stores\.local\.serve-location is required/)
+    await refused({ type: 'local', serve: 'x-accel-redirect', 'serve-location': 'relative/' }, /serve-location|serveLocation/)
+    await refused({ type: 'local', serve: 'redirect' }, /serve: redirect needs a store that signs addresses/)
+    await refused({ type: 'local', serve: 'sometimes' }, /must be one of stream, x-accel-redirect, x-sendfile, redirect/)
+    // A store with no file system behind it (the real remote stores are tested in their packages).
+    const remote = (name: string): Store => {
+      const none = () => Promise.reject(new Error('not used'))
+      const list = () => ({ [Symbol.asyncIterator]: () => ({ next: none }) })
+      return {
+        name,
+        type: 'remote',
+        put: none,
+        get: none,
+        stat: none,
+        exists: none,
+        move: none,
+        copy: none,
+        delete: none,
+        list,
+        close: async () => {},
+      }
+    }
+    await refused({ type: 'remote', serve: 'x-sendfile' }, /x-sendfile needs a store on the local file system/, { remote })
+  })
+})

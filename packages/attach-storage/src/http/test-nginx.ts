@@ -1,0 +1,127 @@
+/**
+ * Test-only: nginx (Debian's /usr/sbin/nginx, installed by the test set-up) on 127.0.0.1 and a free
+ * port, in front of a server of the test's, with a generated configuration: the JSON and binary
+ * groups proxied to it, and one internal location per store serving that store's base directory for
+ * `X-Accel-Redirect`, the way docs/serving.md tells a host to write it.
+ */
+import { type ChildProcess, spawn } from 'node:child_process'
+import { existsSync } from 'node:fs'
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises'
+import { connect, createServer } from 'node:net'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+
+export const NGINX = '/usr/sbin/nginx'
+
+export interface Nginx {
+  /** `http://127.0.0.1:<port>` */
+  url: string
+  /** The generated configuration (for a failing test's message). */
+  config: string
+  stop(): Promise<void>
+}
+
+/** A port free now on 127.0.0.1. */
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = createServer()
+    s.once('error', reject)
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address() as { port: number }
+      s.close(() => resolve(port))
+    })
+  })
+}
+
+function accepts(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const c = connect(port, '127.0.0.1')
+    c.once('connect', () => {
+      c.destroy()
+      resolve(true)
+    })
+    c.once('error', () => resolve(false))
+  })
+}
+
+/**
+ * Starts nginx proxying `prefixes` to `upstreamPort` and serving each `internal` location (an
+ * `X-Accel-Redirect` target, e.g. `/_attach/local/`) from its directory.
+ */
+export async function startNginx(options: { upstreamPort: number; prefixes: string[]; internal: Record<string, string> }): Promise<Nginx> {
+  if (!existsSync(NGINX)) throw new Error(`${NGINX} is missing: apt-get install nginx-light (the test set-up installs it)`)
+  const dir = await mkdtemp(join(tmpdir(), 'attach-nginx-'))
+  const port = await freePort()
+  const proxied = options.prefixes
+    .map(
+      (p) => `    location ${p}/ {
+      proxy_pass http://127.0.0.1:${options.upstreamPort};
+      proxy_set_header Host $host;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      client_max_body_size 64m;
+    }`,
+    )
+    .join('\n')
+  const internal = Object.entries(options.internal)
+    .map(
+      ([location, root]) => `    location ${location} {
+      internal;
+      alias ${root.endsWith('/') ? root : `${root}/`};
+      add_header X-Content-Type-Options nosniff always;
+      add_header Content-Security-Policy $upstream_http_content_security_policy always;
+    }`,
+    )
+    .join('\n')
+  const config = `${process.getuid?.() === 0 ? 'user root;\n' : ''}daemon off;
+worker_processes 1;
+pid ${dir}/nginx.pid;
+error_log ${dir}/error.log warn;
+events { worker_connections 256; }
+http {
+  access_log off;
+  client_body_temp_path ${dir}/body;
+  proxy_temp_path ${dir}/proxy;
+  fastcgi_temp_path ${dir}/fastcgi;
+  uwsgi_temp_path ${dir}/uwsgi;
+  scgi_temp_path ${dir}/scgi;
+  default_type application/octet-stream;
+  server {
+    listen 127.0.0.1:${port};
+${proxied}
+${internal}
+  }
+}
+`
+  const file = join(dir, 'nginx.conf')
+  await writeFile(file, config)
+  const child: ChildProcess = spawn(NGINX, ['-p', dir, '-c', file, '-e', join(dir, 'error.log')], { stdio: ['ignore', 'ignore', 'pipe'] })
+  let stderr = ''
+  child.stderr?.on('data', (d) => {
+    stderr += String(d)
+  })
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()))
+  const deadline = Date.now() + 10_000
+  while (!(await accepts(port))) {
+    if (child.exitCode !== null || Date.now() > deadline) {
+      const log = await readFile(join(dir, 'error.log'), 'utf8').catch(() => '')
+      child.kill('SIGKILL')
+      await rm(dir, { recursive: true, force: true })
+      throw new Error(`nginx did not start: ${stderr} ${log}`)
+    }
+    await new Promise((r) => setTimeout(r, 50))
+  }
+  return {
+    url: `http://127.0.0.1:${port}`,
+    config,
+    async stop() {
+      if (child.exitCode === null) {
+        child.kill('SIGQUIT')
+        const timer = setTimeout(() => child.kill('SIGKILL'), 5_000)
+        await exited
+        clearTimeout(timer)
+      }
+      await rm(dir, { recursive: true, force: true })
+    },
+  }
+}
