@@ -1,7 +1,8 @@
 /**
  * Offload modes: views and downloads whose bytes another server sends once this process has checked
- * access. `x-accel-redirect` runs through a real nginx in front of the server; the other modes' answers
- * and the start-up refusals are checked at the handler.
+ * access. `x-accel-redirect` runs through a real nginx and `x-sendfile` through a real lighttpd in front
+ * of the server; `redirect`'s answer and the start-up refusals are checked at the handler (the S3 and
+ * Azure stores' own tests follow the redirect to s3rver and Azurite).
  */
 import { createHash } from 'node:crypto'
 import { mkdtemp, rm } from 'node:fs/promises'
@@ -14,7 +15,7 @@ import { createNodeHandler } from '../node/index.js'
 import { LocalStore } from '../stores/local-store.js'
 import type { PresignGetOptions, Store } from '../stores/store.js'
 import { type Kit, makeKit, png, saveFile, token } from './test-kit.js'
-import { type Nginx, startNginx } from './test-nginx.js'
+import { type FrontServer, startLighttpd, startNginx } from './test-front-servers.js'
 
 const ASSETS = '/assets/storage'
 const sha = (b: Uint8Array) => createHash('sha256').update(b).digest('hex')
@@ -22,7 +23,7 @@ const sha = (b: Uint8Array) => createHash('sha256').update(b).digest('hex')
 describe('serve: x-accel-redirect, through nginx', () => {
   let kit: Kit
   let server: Server
-  let nginx: Nginx
+  let nginx: FrontServer
   const bytes = new Uint8Array(300 * 1024).map((_, i) => (i * 7) % 251)
   let id: number
   let privateId: number
@@ -239,5 +240,52 @@ describe('serve: redirect and x-sendfile at the handler', () => {
       }
     }
     await refused({ type: 'remote', serve: 'x-sendfile' }, /x-sendfile needs a store on the local file system/, { remote })
+  })
+})
+
+describe('serve: x-sendfile, through lighttpd', () => {
+  let kit: Kit
+  let server: Server
+  let lighttpd: FrontServer
+  const bytes = new Uint8Array(200 * 1024).map((_, i) => (i * 13) % 253)
+  let id: number
+  let privateId: number
+
+  beforeAll(async () => {
+    kit = await makeKit('sqlite', { config: { stores: { local: { type: 'local', serve: 'x-sendfile' } } } })
+    id = (await saveFile(kit, new Blob([bytes]), 'résumé.bin', '1')).id
+    privateId = (await saveFile(kit, new Blob([bytes]), 'secret.bin', '1', 'private')).id
+    server = createServer(createNodeHandler(kit.handler.fetch))
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()))
+    lighttpd = await startLighttpd({ upstreamPort: (server.address() as AddressInfo).port, docroots: [kit.baseDir] })
+  })
+  afterAll(async () => {
+    await lighttpd?.stop()
+    server?.closeAllConnections()
+    await new Promise<void>((r) => (server ? server.close(() => r()) : r()))
+    await kit?.cleanup()
+  })
+
+  it('lighttpd sends the file with the server headers: type, download name, nosniff, cache policy', async () => {
+    const res = await fetch(`${lighttpd.url}${ASSETS}/attach/download/${id}`)
+    expect(res.status).toBe(200)
+    expect(sha(new Uint8Array(await res.arrayBuffer()))).toBe(sha(bytes))
+    expect(res.headers.get('content-length')).toBe(String(bytes.length))
+    expect(res.headers.get('content-disposition')).toBe(`attachment; filename="resume.bin"; filename*=UTF-8''r%C3%A9sum%C3%A9.bin`)
+    expect(res.headers.get('x-content-type-options')).toBe('nosniff')
+    expect(res.headers.get('cache-control')).toBe('public, max-age=31536000, immutable')
+    expect(res.headers.get('x-sendfile')).toBeNull()
+  })
+
+  it('answers Range with 206 and a guarded file without access with 403 JSON', async () => {
+    const ranged = await fetch(`${lighttpd.url}${ASSETS}/attach/view/${id}`, { headers: { range: 'bytes=-100' } })
+    expect(ranged.status).toBe(206)
+    expect(new Uint8Array(await ranged.arrayBuffer())).toEqual(bytes.subarray(bytes.length - 100))
+    const refused = await fetch(`${lighttpd.url}${ASSETS}/attach/view/${privateId}`)
+    expect(refused.status).toBe(403)
+    expect(await refused.json()).toMatchObject({ code: 'forbidden', message: expect.any(String) })
+    const ok = await fetch(`${lighttpd.url}${ASSETS}/attach/view/${privateId}`, { headers: { authorization: `Bearer ${await token('7')}` } })
+    expect(ok.status).toBe(200)
+    expect(sha(new Uint8Array(await ok.arrayBuffer()))).toBe(sha(bytes))
   })
 })
