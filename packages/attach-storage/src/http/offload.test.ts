@@ -284,7 +284,9 @@ describe('serve: x-sendfile, through lighttpd', () => {
     const refused = await fetch(`${lighttpd.url}${ASSETS}/attach/view/${privateId}`)
     expect(refused.status).toBe(403)
     expect(await refused.json()).toMatchObject({ code: 'forbidden', message: expect.any(String) })
-    const ok = await fetch(`${lighttpd.url}${ASSETS}/attach/view/${privateId}`, { headers: { authorization: `Bearer ${await token('7')}` } })
+    const ok = await fetch(`${lighttpd.url}${ASSETS}/attach/view/${privateId}`, {
+      headers: { authorization: `Bearer ${await token('7')}` },
+    })
     expect(ok.status).toBe(200)
     expect(sha(new Uint8Array(await ok.arrayBuffer()))).toBe(sha(bytes))
   })
