@@ -3,14 +3,16 @@
  * (record lookup and secure-access check included) against a bare node:http stat + createReadStream
  * server and Hono's serveStatic (@hono/node-server/serve-static), all on the same bytes.
  */
-import { mkdtemp, rm } from 'node:fs/promises'
+import { existsSync } from 'node:fs'
+import { mkdtemp, rm, writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
+import { type FrontServer, NGINX, startNginx } from '../../packages/attach-storage/src/http/test-front-servers.js'
 import { paddedJpeg } from '../lib/files.js'
 import { request } from '../lib/http.js'
 import { startServer, type Server } from '../lib/proc.js'
 import { startReference } from '../lib/reference.js'
 import { fmtCpuPerReq, fmtRps, judge, MiB, target, type Context } from '../lib/report.js'
-import { ensureWrk, wrkEach } from '../lib/wrk.js'
+import { ensureWrk, type WrkMeasured, wrkEach } from '../lib/wrk.js'
 
 export const SMALL = 50 * 1024
 
@@ -78,8 +80,76 @@ export async function smallViewsBench(ctx: Context): Promise<void> {
       status: '',
       note: `bare / serveStatic = ${(b.rps / h.rps).toFixed(2)}`,
     })
+    await throughNginx(ctx, dir, o)
   } finally {
     for (const s of servers.reverse()) await s.stop()
     await rm(dir, { recursive: true, force: true })
+  }
+}
+
+/**
+ * The same view with the reference server's local store in `serve: x-accel-redirect` behind nginx
+ * (Debian's nginx-light, 2 workers): the server checks the record and access, nginx sends the bytes.
+ * Its ratio is to the Node-only figure above; nginx serving the same file alone is the ceiling row.
+ */
+async function throughNginx(ctx: Context, dir: string, nodeOnly: WrkMeasured): Promise<void> {
+  const figure = '50 KB views/s through nginx'
+  if (!existsSync(NGINX)) return ctx.skip('views-50k-nginx', figure, `${NGINX} is missing: apt-get install nginx-light`)
+  const config = join(dir, 'x-accel.json')
+  await writeFile(
+    config,
+    JSON.stringify({ attach: { stores: { local: { type: 'local', serve: 'x-accel-redirect', 'serve-location': '/_attach/local/' } } } }),
+  )
+  let ours: Awaited<ReturnType<typeof startReference>> | undefined
+  let nginx: FrontServer | undefined
+  try {
+    ours = await startReference(ctx.work, 100 * MiB, 'hono-app', 'attach-storage (x-accel-redirect)', { ATTACH_CONFIG: config })
+    const [rec] = await ours.save([join(dir, 'photo.jpg')])
+    nginx = await startNginx({
+      upstreamPort: ours.port,
+      prefixes: ['/api/storage', '/assets/storage'],
+      internal: { '/_attach/local/': join(ours.dataDir, 'files') },
+      public: { '/static/': dir },
+      workers: 2,
+    })
+    const targets = [
+      {
+        label: 'attach-storage view/{id} through nginx (x-accel-redirect)',
+        url: `${nginx.url}/assets/storage/attach/view/${rec!.id}`,
+        pid: ours.pid,
+      },
+      { label: 'nginx serving the file alone (ceiling)', url: `${nginx.url}/static/photo.jpg`, pid: ours.pid },
+    ]
+    for (const t of targets) {
+      const r = await request(t.url, { keep: 1024 })
+      if (r.status !== 200 || r.bytes !== SMALL) throw new Error(`${t.label}: ${r.status}, ${r.bytes} bytes`)
+    }
+    const [x, n] = (await wrkEach(targets, { ...wrkTimes(ctx), log: ctx.log })) as [WrkMeasured, WrkMeasured]
+    ctx.add({
+      scenario: 'views-50k-nginx',
+      figure,
+      subject: x.label,
+      value: fmtRps(x.rps),
+      rss: x.rssGrowth,
+      cpu: `${fmtCpuPerReq(x.cpu, x.requests)} (Node)`,
+      ratio: x.rps / nodeOnly.rps,
+      target: target('>=', 2.0),
+      status: judge(x.rps / nodeOnly.rps, '>=', 2.0),
+      note: `of the Node-only view; p50 ${x.latencyP50ms.toFixed(1)} ms, p99 ${x.latencyP99ms.toFixed(1)} ms`,
+    })
+    ctx.add({
+      scenario: 'views-50k-nginx',
+      figure,
+      subject: `${n.label} (info)`,
+      value: fmtRps(n.rps),
+      rss: 0,
+      cpu: '',
+      ratio: x.rps / n.rps,
+      status: '',
+      note: `p50 ${n.latencyP50ms.toFixed(1)} ms, p99 ${n.latencyP99ms.toFixed(1)} ms`,
+    })
+  } finally {
+    await nginx?.stop()
+    await ours?.stop()
   }
 }

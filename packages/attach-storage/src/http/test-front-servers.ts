@@ -90,13 +90,20 @@ function accepts(port: number): Promise<boolean> {
 
 /**
  * Starts nginx proxying `prefixes` to `upstreamPort` and serving each `internal` location (an
- * `X-Accel-Redirect` target, e.g. `/_attach/local/`) from its directory.
+ * `X-Accel-Redirect` target, e.g. `/_attach/local/`) from its directory, and each `public` location
+ * (the benchmark's ceiling: nginx alone) from its directory. One worker unless told otherwise.
  */
-export function startNginx(options: { upstreamPort: number; prefixes: string[]; internal: Record<string, string> }): Promise<FrontServer> {
+export function startNginx(options: {
+  upstreamPort: number
+  prefixes: string[]
+  internal: Record<string, string>
+  public?: Record<string, string>
+  workers?: number
+}): Promise<FrontServer> {
   const proxied = options.prefixes
     .map(
       (p) => `    location ${p}/ {
-      proxy_pass http://127.0.0.1:${options.upstreamPort};
+      proxy_pass http://attach_storage;
       proxy_set_header Host $host;
       proxy_http_version 1.1;
       proxy_set_header Connection "";
@@ -114,12 +121,15 @@ export function startNginx(options: { upstreamPort: number; prefixes: string[]; 
     }`,
     )
     .join('\n')
+  const open = Object.entries(options.public ?? {})
+    .map(([location, root]) => `    location ${location} { alias ${root.endsWith('/') ? root : `${root}/`}; }`)
+    .join('\n')
   return runFront(NGINX, 'apt-get install nginx-light', (dir, port) => ({
     file: join(dir, 'nginx.conf'),
     log: join(dir, 'error.log'),
     args: ['-p', dir, '-c', join(dir, 'nginx.conf'), '-e', join(dir, 'error.log')],
     config: `${process.getuid?.() === 0 ? 'user root;\n' : ''}daemon off;
-worker_processes 1;
+worker_processes ${options.workers ?? 1};
 pid ${dir}/nginx.pid;
 error_log ${dir}/error.log warn;
 events { worker_connections 256; }
@@ -131,10 +141,15 @@ http {
   uwsgi_temp_path ${dir}/uwsgi;
   scgi_temp_path ${dir}/scgi;
   default_type application/octet-stream;
+  upstream attach_storage {
+    server 127.0.0.1:${options.upstreamPort};
+    keepalive 32;
+  }
   server {
     listen 127.0.0.1:${port};
 ${proxied}
 ${internal}
+${open}
   }
 }
 `,
