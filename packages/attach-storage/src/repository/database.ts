@@ -179,7 +179,38 @@ async function openSqlite(file: string): Promise<Kysely<any>> {
   database.exec('PRAGMA synchronous = FULL')
   database.exec('PRAGMA busy_timeout = 5000')
   database.exec('PRAGMA foreign_keys = ON')
-  return new Kysely<any>({ dialect: new SqliteDialect({ database }) })
+  return new Kysely<any>({ dialect: new SqliteDialect({ database: withStatementCache(database) }) })
+}
+
+/** Most prepared statements kept per SQLite database (least recently used first out). */
+export const STATEMENT_CACHE_SIZE = 256
+
+/**
+ * The database as Kysely's SQLite dialect sees it, with its prepared statements kept by SQL text, so a
+ * query run again (the record read of every view) skips SQLite's parse and plan. Kysely runs one query
+ * at a time on a SQLite connection, streaming ones included, so a kept statement is never busy when
+ * it is handed out again. SQLite re-prepares a kept statement itself after a schema change.
+ */
+export function withStatementCache<S, D extends { prepare(sql: string): S }>(database: D, size = STATEMENT_CACHE_SIZE): D {
+  const kept = new Map<string, S>()
+  const prepare = (sql: string): S => {
+    let statement = kept.get(sql)
+    if (statement !== undefined) {
+      kept.delete(sql) // re-inserted last: the map's order is the recency order
+    } else {
+      statement = database.prepare(sql)
+      if (kept.size >= size) kept.delete(kept.keys().next().value as string)
+    }
+    kept.set(sql, statement)
+    return statement
+  }
+  return new Proxy(database, {
+    get(target, property) {
+      if (property === 'prepare') return prepare
+      const value = Reflect.get(target, property, target)
+      return typeof value === 'function' ? value.bind(target) : value
+    },
+  })
 }
 
 async function openPostgres(url: string, load: ImportDriver): Promise<Kysely<any>> {
