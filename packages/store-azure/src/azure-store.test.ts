@@ -11,7 +11,7 @@ import {
   AccountSASResourceTypes,
   AccountSASServices,
   BlobServiceClient,
-  type ContainerClient,
+  ContainerClient,
   generateAccountSASQueryParameters,
   StorageSharedKeyCredential,
 } from '@azure/storage-blob'
@@ -110,6 +110,11 @@ async function collect<T>(items: AsyncIterable<T>): Promise<T[]> {
 /** Everything an error could show: message, JSON body, and the full inspection with its cause. */
 const everythingOf = (err: unknown): string =>
   [String((err as Error).message), JSON.stringify(err), inspect(err, { depth: null })].join('\n')
+
+/** A download name as `filename*` carries it (RFC 5987), as the core encodes it. */
+function rfc5987(name: string): string {
+  return encodeURIComponent(name).replace(/['()*]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`)
+}
 
 /** A HS256 JWT (what the service's `jwt.secret` verifies). */
 function signJwt(sub: string, secret: string): string {
@@ -601,6 +606,256 @@ describe('the whole service on Azure', () => {
     await expect.poll(blobs, { timeout: 5_000 }).toEqual([])
     const after = await handler.fetch(new Request('http://x/assets/storage/attach/view/demo/77/default/0'))
     expect(after.status).toBe(404)
+  })
+})
+
+describe('AzureBlobStore presignGet (serve: redirect) on Azurite', () => {
+  const name = '보고서 (최종).pdf'
+  const disposition = `attachment; filename="___ (__).pdf"; filename*=UTF-8''${rfc5987(name)}`
+  const options = { expiresIn: 60, contentType: 'text/plain', contentDisposition: 'inline' }
+  let store: AzureBlobStore
+
+  beforeAll(async () => {
+    await service.getContainerClient('signed').createIfNotExists()
+    store = new AzureBlobStore('az', { connectionString: connectionString(azurite.port), container: 'signed', prefix: 'p/' })
+  })
+  afterAll(async () => {
+    await store?.close()
+  })
+
+  it('signs a read-only SAS that a plain fetch reads: same bytes, the signed type and download name, ranges', async () => {
+    const bytes = randomBytes(200_000)
+    await store.put('demo/a b+c.pdf', bytes, { contentType: 'application/octet-stream' })
+    const url = await store.presignGet!('demo/a b+c.pdf', {
+      expiresIn: 60,
+      contentType: 'application/pdf',
+      contentDisposition: disposition,
+    })
+    const address = new URL(url)
+    expect(`${address.origin}${address.pathname}`).toBe(`http://127.0.0.1:${azurite.port}/${ACCOUNT}/signed/p/demo/a%20b%2Bc.pdf`)
+    const sas = address.searchParams
+    expect(sas.get('sp')).toBe('r')
+    expect(sas.get('sr')).toBe('b')
+    expect(sas.get('rsct')).toBe('application/pdf')
+    expect(sas.get('rscd')).toBe(disposition)
+    // A minute of clock skew allowed before, the validity asked for after.
+    const now = Date.now()
+    expect(Date.parse(sas.get('st')!)).toBeGreaterThan(now - 62_000)
+    expect(Date.parse(sas.get('st')!)).toBeLessThan(now - 58_000)
+    expect(Date.parse(sas.get('se')!)).toBeGreaterThan(now + 58_000)
+    expect(Date.parse(sas.get('se')!)).toBeLessThan(now + 61_000)
+
+    const res = await fetch(url)
+    expect(res.status).toBe(200)
+    expect(res.headers.get('content-type')).toBe('application/pdf')
+    expect(res.headers.get('content-disposition')).toBe(disposition)
+    expect(sha256(Buffer.from(await res.arrayBuffer()))).toBe(sha256(bytes))
+
+    const ranged = await fetch(url, { headers: { range: 'bytes=1000-1999' } })
+    expect(ranged.status).toBe(206)
+    expect(ranged.headers.get('content-range')).toBe('bytes 1000-1999/200000')
+    expect(ranged.headers.get('content-disposition')).toBe(disposition)
+    expect(Buffer.compare(Buffer.from(await ranged.arrayBuffer()), bytes.subarray(1000, 2000))).toBe(0)
+
+    // Read only: the same address cannot write or delete.
+    const put = await fetch(url, { method: 'PUT', body: 'overwritten', headers: { 'x-ms-blob-type': 'BlockBlob' } })
+    expect(put.status).toBe(403)
+    await put.arrayBuffer()
+    const del = await fetch(url, { method: 'DELETE' })
+    expect(del.status).toBe(403)
+    await del.arrayBuffer()
+    expect(sha256(await readAll(await store.get('demo/a b+c.pdf')))).toBe(sha256(bytes))
+  })
+
+  // Azurite answers a refused SAS with 403 AuthorizationFailure (real Azure: 403 AuthenticationFailed).
+  it('an expired SAS is refused (403 AuthorizationFailure on Azurite)', async () => {
+    await store.put('expiring.txt', Buffer.from('soon gone'))
+    const url = await store.presignGet!('expiring.txt', { ...options, expiresIn: 1 })
+    // `se` has whole seconds: the address ends at most 1 s after it was signed.
+    await new Promise((resolve) => setTimeout(resolve, 2_100))
+    const res = await fetch(url)
+    expect(res.status).toBe(403)
+    expect(res.headers.get('x-ms-error-code')).toBe('AuthorizationFailure')
+    await res.arrayBuffer()
+  })
+
+  it('a tampered SAS is refused (403): signature, signed overrides, expiry, blob, permissions', async () => {
+    await store.put('guarded.txt', Buffer.from('do not touch'))
+    const url = await store.presignGet!('guarded.txt', options)
+    expect(await (await fetch(url)).text()).toBe('do not touch')
+    const address = new URL(url)
+    const tamper = (change: (sas: URLSearchParams, u: URL) => void): string => {
+      const u = new URL(url)
+      change(u.searchParams, u)
+      return u.toString()
+    }
+    const signature = address.searchParams.get('sig')!
+    const tampered = [
+      tamper((sas) => sas.set('sig', `${signature.startsWith('A') ? 'B' : 'A'}${signature.slice(1)}`)),
+      tamper((sas) => sas.set('rsct', 'text/html')),
+      tamper((sas) => sas.set('rscd', 'attachment')),
+      tamper((sas) => sas.set('se', new Date(Date.now() + 86_400_000).toISOString().replace(/\.\d+Z$/, 'Z'))),
+      tamper((sas) => sas.set('sp', 'rw')),
+      tamper((_, u) => {
+        u.pathname = u.pathname.replace('guarded.txt', 'other.txt')
+      }),
+    ]
+    for (const forged of tampered) {
+      expect(forged).not.toBe(url)
+      const res = await fetch(forged)
+      expect(res.status, forged).toBe(403)
+      expect(res.headers.get('x-ms-error-code')).toBe('AuthorizationFailure')
+      await res.arrayBuffer()
+    }
+  })
+
+  it('refuses a bad key as get does (bad-key, 400), before signing', async () => {
+    for (const bad of ['../x', 'a/../../x', '/../x', '%2e%2e/x', 'a//b', '']) {
+      const refusal = await rejection(() => store.get(bad))
+      expect(refusal).toMatchObject({ code: 'bad-key', status: 400 })
+      expect(await rejection(() => store.presignGet!(bad, options))).toMatchObject({
+        code: 'bad-key',
+        status: 400,
+        message: (refusal as Error).message,
+      })
+    }
+    await expect(store.presignGet!('a.txt', { ...options, expiresIn: 0 })).rejects.toThrow(/expiresIn must be 1 to 604800 seconds/)
+  })
+
+  it('exists only with the account key: not with a SAS connection string or an anonymous client', () => {
+    const shared = new AzureBlobStore('a', { connectionString: connectionString(azurite.port), container: 'signed' })
+    expect(typeof shared.presignGet).toBe('function')
+    expect(typeof new AzureBlobStore('d', { connectionString: 'UseDevelopmentStorage=true', container: 'signed' }).presignGet).toBe(
+      'function',
+    )
+    expect(typeof new AzureBlobStore('c', { containerClient: service.getContainerClient('signed') }).presignGet).toBe('function')
+    const sas = new AzureBlobStore('s', {
+      connectionString: `BlobEndpoint=http://127.0.0.1:${azurite.port}/${ACCOUNT};SharedAccessSignature=sv=2024-11-04&sig=abc`,
+      container: 'signed',
+    })
+    expect(sas.presignGet).toBeUndefined()
+    expect('presignGet' in sas).toBe(false)
+    const anonymous = new ContainerClient(`http://127.0.0.1:${azurite.port}/${ACCOUNT}/signed`)
+    expect(new AzureBlobStore('n', { containerClient: anonymous }).presignGet).toBeUndefined()
+  })
+
+  it('serve: redirect on a store that cannot sign is refused at start', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'attach-azure-nosign-'))
+    const db = await openDatabase({ type: 'sqlite', file: join(dir, 'attach.db') })
+    try {
+      const started = createAttachStorage({
+        config: {
+          directory: { baseDir: join(dir, 'files'), tmpDir: join(dir, 'tmp') },
+          defaultStore: 'az',
+          stores: {
+            az: {
+              type: 'azure',
+              serve: 'redirect',
+              connectionString: `BlobEndpoint=http://127.0.0.1:${azurite.port}/${ACCOUNT};SharedAccessSignature=sv=2024-11-04&sig=abc`,
+              container: 'signed',
+            },
+          },
+          domains: { demo: { categories: { default: {} } } },
+        },
+        db,
+        jwt: { secret: 'a-test-secret-of-32-characters!!' },
+        logger: { info: () => {}, warn: () => {}, error: () => {} },
+      })
+      await expect(started).rejects.toMatchObject({
+        code: 'config-invalid',
+        message: expect.stringMatching(/attach\.stores\.az: serve: redirect needs a store that signs addresses/),
+      })
+    } finally {
+      await db.destroy()
+      await rm(dir, { recursive: true, force: true })
+    }
+  })
+})
+
+describe('the whole service on Azure with serve: redirect (end to end)', () => {
+  const SECRET = 'a-test-secret-of-32-characters!!'
+  let dir: string
+  let db: Awaited<ReturnType<typeof openDatabase>>
+  let storage: Awaited<ReturnType<typeof createAttachStorage>>
+
+  beforeAll(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'attach-azure-redirect-'))
+    db = await openDatabase({ type: 'sqlite', file: join(dir, 'attach.db') })
+    storage = await createAttachStorage({
+      config: {
+        directory: { baseDir: join(dir, 'files'), tmpDir: join(dir, 'tmp') },
+        defaultStore: 'az',
+        stores: {
+          az: {
+            type: 'azure',
+            serve: 'redirect',
+            'redirect-ttl': '2m',
+            connectionString: connectionString(azurite.port),
+            container: 'redirected',
+            prefix: 'attach',
+            createContainer: true,
+          },
+        },
+        domains: { demo: { categories: { default: {} } } },
+      },
+      db,
+      jwt: { secret: SECRET },
+      logger: { info: () => {}, warn: () => {}, error: () => {} },
+    })
+  })
+  afterAll(async () => {
+    await storage?.close()
+    await db?.destroy()
+    if (dir) await rm(dir, { recursive: true, force: true })
+  })
+
+  it('upload, confirmed save, then download answers 302 to a SAS address that serves the file', async () => {
+    const handler = createAttachHandler(storage)
+    const auth = { authorization: `Bearer ${signJwt('7', SECRET)}` }
+    const name = '분기 보고서.pdf'
+    const bytes = Buffer.concat([Buffer.from('%PDF-1.4\n'), randomBytes(50_000)])
+    const form = new FormData()
+    form.append('refDomain', 'demo')
+    form.append('refCategory', 'default')
+    form.append('file', new Blob([new Uint8Array(bytes)]), name)
+    const up = await handler.fetch(new Request('http://x/api/storage/attach/tmp', { method: 'POST', body: form, headers: auth }))
+    expect(up.status).toBe(200)
+    const tmp = ((await up.json()) as { files: Array<{ name: string }> }).files[0]!
+    const saved = await handler.fetch(
+      new Request('http://x/api/storage/attach/demo/1', {
+        method: 'POST',
+        headers: { ...auth, 'content-type': 'application/json' },
+        body: JSON.stringify({ default: [{ savedName: tmp.name }] }),
+      }),
+    )
+    const body = (await saved.json()) as { success: boolean; attachList: Array<Record<string, any>> }
+    expect(saved.status, JSON.stringify(body)).toBe(200)
+    const file = body.attachList.at(-1)!
+    expect(file.displayName).toBe(name)
+
+    const res = await handler.fetch(new Request(`http://x/assets/storage/attach/download/${file.id}`))
+    expect(res.status).toBe(302)
+    expect(res.headers.get('cache-control')).toBe('private, no-store')
+    const location = res.headers.get('location')!
+    const address = new URL(location)
+    expect(`${address.origin}${address.pathname}`).toBe(
+      `http://127.0.0.1:${azurite.port}/${ACCOUNT}/redirected/attach${file.savedDir}${file.savedName}`,
+    )
+    expect(Date.parse(address.searchParams.get('se')!) - Date.now()).toBeGreaterThan(115_000)
+
+    const direct = await fetch(location)
+    expect(direct.status).toBe(200)
+    expect(direct.headers.get('content-type')).toBe('application/pdf')
+    expect(direct.headers.get('content-disposition')).toBe(`attachment; filename="__ ___.pdf"; filename*=UTF-8''${rfc5987(name)}`)
+    expect(sha256(Buffer.from(await direct.arrayBuffer()))).toBe(sha256(bytes))
+
+    // A view is a 302 too, inline; the store answers its ranges itself.
+    const view = await handler.fetch(new Request(`http://x/assets/storage/attach/view/${file.id}`))
+    expect(view.status).toBe(302)
+    const ranged = await fetch(view.headers.get('location')!, { headers: { range: 'bytes=0-8' } })
+    expect(ranged.status).toBe(206)
+    expect(ranged.headers.get('content-disposition')).toMatch(/^inline; /)
+    expect(Buffer.from(await ranged.arrayBuffer()).toString()).toBe('%PDF-1.4\n')
   })
 })
 

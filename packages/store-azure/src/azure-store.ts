@@ -1,6 +1,10 @@
 import { Readable } from 'node:stream'
 import {
+  BlobSASPermissions,
   BlobServiceClient,
+  generateBlobSASQueryParameters,
+  SASProtocol,
+  StorageSharedKeyCredential,
   type BlobClient,
   type BlobHTTPHeaders,
   type BlockBlobClient,
@@ -21,13 +25,19 @@ import {
   settingsError,
   storeFailure,
   type ByteRange,
+  type PresignGetOptions,
   type PutOptions,
   type Store,
   type StoreFactory,
   type StoreListEntry,
   type StoreStat,
 } from 'attach-storage/store-kit'
-import { resolveAzureSettings, secretsOf, type AzureBlobStoreOptions, type ResolvedAzureSettings } from './settings.js'
+import { connectionParts, resolveAzureSettings, secretsOf, type AzureBlobStoreOptions, type ResolvedAzureSettings } from './settings.js'
+
+/** The longest validity {@link AzureBlobStore.presignGet} signs (what the core's `redirect-ttl` allows). */
+const MAX_PRESIGN_SECONDS = 7 * 24 * 3600
+/** How far back a SAS starts, so that a service clock slightly behind ours accepts it at once. */
+const SAS_CLOCK_SKEW_MS = 60_000
 
 /** The longest blob name Azure accepts, in characters (prefix included). */
 const MAX_BLOB_NAME = 1024
@@ -57,6 +67,11 @@ interface SdkError {
  * - Failures of the service are reported once, as `AttachStorageError` `store-failure` (502) naming the
  *   operation and key; a missing object is `not-found` (404). Messages never carry the account key, the
  *   connection string or a SAS signature.
+ * - `presignGet` (what `serve: redirect` needs) exists only on a store that holds the account key: a
+ *   connection string with `AccountKey` (or `UseDevelopmentStorage=true`), or a ready `containerClient`
+ *   made with a `StorageSharedKeyCredential`. A SAS connection string, an anonymous client or a token
+ *   credential (Microsoft Entra ID) cannot sign a blob SAS, so such a store has no `presignGet` and the
+ *   core refuses `serve: redirect` on it at start.
  *
  * @example
  * import { AzureBlobStore } from '@attach-storage/store-azure'
@@ -76,6 +91,23 @@ export class AzureBlobStore implements Store {
   #client: ContainerClient | undefined
   #created: Promise<void> | undefined
 
+  /**
+   * A short-lived read-only address of `key` (a blob service SAS: permission `r`, `se` = now +
+   * `expiresIn` seconds, `st` a minute back for clock skew, `rsct`/`rscd` for the given Content-Type and
+   * Content-Disposition, HTTPS only unless the endpoint is plain HTTP). The key goes through the same
+   * normalization and prefix as `get` (a bad key is refused with `bad-key`). Signing is local: no
+   * request is made. Present only when the store holds the account key (see the class description);
+   * absent otherwise (a `declare`d field: none is emitted), so the core refuses `serve: redirect` at start.
+   *
+   * @example
+   * const url = await store.presignGet?.('demo/2026/11/42/abc.pdf', {
+   *   expiresIn: 300,
+   *   contentType: 'application/pdf',
+   *   contentDisposition: `attachment; filename="a.pdf"; filename*=UTF-8''a.pdf`,
+   * })
+   */
+  declare readonly presignGet?: (key: string, options: PresignGetOptions) => Promise<string>
+
   constructor(name: string, options: AzureBlobStoreOptions) {
     this.name = name
     this.#options = resolveAzureSettings(name, options)
@@ -84,6 +116,9 @@ export class AzureBlobStore implements Store {
     this.#connectionString = this.#client ? undefined : this.#options.connectionString
     this.#secrets = secretsOf(this.#connectionString)
     this.prefix = this.#options.prefix
+    if (this.#client ? isSharedKey(this.#client.credential) : holdsAccountKey(this.#connectionString!)) {
+      this.presignGet = (key, presign) => this.#presignGet(key, presign)
+    }
   }
 
   async put(key: string, body: Readable | Uint8Array, options: PutOptions = {}): Promise<{ size: number }> {
@@ -242,6 +277,40 @@ export class AzureBlobStore implements Store {
   }
 
   // ---------------------------------------------------------------------------------------------
+
+  async #presignGet(key: string, options: PresignGetOptions): Promise<string> {
+    const name = this.#blobName(key)
+    const expiresIn = Math.floor(options.expiresIn)
+    if (!(expiresIn >= 1 && expiresIn <= MAX_PRESIGN_SECONDS)) {
+      throw new RangeError(
+        `Azure store "${this.name}": presignGet() expiresIn must be 1 to ${MAX_PRESIGN_SECONDS} seconds, not ${options.expiresIn}`,
+      )
+    }
+    const blob = this.#getClient().getBlobClient(name)
+    const credential = blob.credential
+    if (!isSharedKey(credential)) {
+      throw storeFailure(`${this.#label('presignGet', key)} failed: the store's credential cannot sign (no account key)`)
+    }
+    const now = Date.now()
+    try {
+      const sas = generateBlobSASQueryParameters(
+        {
+          containerName: this.container,
+          blobName: name,
+          permissions: BlobSASPermissions.parse('r'),
+          startsOn: new Date(now - SAS_CLOCK_SKEW_MS),
+          expiresOn: new Date(now + expiresIn * 1000),
+          protocol: new URL(blob.url).protocol === 'http:' ? SASProtocol.HttpsAndHttp : SASProtocol.Https,
+          contentType: options.contentType,
+          contentDisposition: options.contentDisposition,
+        },
+        credential,
+      )
+      return `${blob.url}?${sas.toString()}`
+    } catch (err) {
+      throw storeFailure(this.#redact(`${this.#label('presignGet', key)} failed: ${firstLine((err as Error)?.message)}`))
+    }
+  }
 
   /** The key normalized, under the store's prefix. */
   #blobName(key: string): string {
@@ -487,6 +556,22 @@ export const createStore: StoreFactory = (name, settings) => new AzureBlobStore(
 interface UploadState {
   /** The error the caller's body stream failed with (passed on as it is, not as a store failure). */
   sourceError?: unknown
+}
+
+/**
+ * A credential that holds the account key (a `StorageSharedKeyCredential`, also one of another copy of
+ * the SDK: what `generateBlobSASQueryParameters` uses of it).
+ */
+function isSharedKey(credential: unknown): credential is StorageSharedKeyCredential {
+  const c = credential as Partial<StorageSharedKeyCredential> | null | undefined
+  return (
+    credential instanceof StorageSharedKeyCredential || (typeof c?.accountName === 'string' && typeof c.computeHMACSHA256 === 'function')
+  )
+}
+
+/** A connection string whose account key can sign a SAS (an account one, or Azurite's development one). */
+function holdsAccountKey(connectionString: string): boolean {
+  return connectionString.startsWith('UseDevelopmentStorage=true') || !!connectionParts(connectionString).get('AccountKey')
 }
 
 const statusOf = (err: unknown): number | undefined => {

@@ -1,4 +1,4 @@
-import { createHash, randomBytes } from 'node:crypto'
+import { createHash, createHmac, randomBytes } from 'node:crypto'
 import { IncomingMessage } from 'node:http'
 import type { Dirent } from 'node:fs'
 import { mkdtemp, readdir, readFile, rm } from 'node:fs/promises'
@@ -667,6 +667,223 @@ describe('attach-storage on S3 (createStore loaded by the core)', () => {
 })
 
 // ----------------------------------------------------------------------------------------------------
+
+describe('S3Store presignGet (serve: redirect) on s3rver', () => {
+  const stores: S3Store[] = []
+  const make = (overrides: Record<string, unknown> = {}): S3Store => {
+    const store = new S3Store('s3', on(overrides))
+    stores.push(store)
+    return store
+  }
+  const run = `presign-${randomBytes(4).toString('hex')}`
+  const name = '보고서 (최종).pdf'
+  const disposition = `attachment; filename="___ (__).pdf"; filename*=UTF-8''${rfc5987(name)}`
+  afterAll(async () => {
+    for (const store of stores) await store.close()
+  })
+
+  it('signs an address that a plain fetch reads: same bytes, the signed type and download name, ranges', async () => {
+    // A prefix and a cdn-url: the address is the S3 endpoint's, with the prefixed key.
+    const store = make({ prefix: 'signed/', cdnUrl: 'https://cdn.example.com/files/' })
+    const key = `${run}/a b+c.pdf`
+    const bytes = randomBytes(200_000)
+    await store.put(key, bytes, { contentType: 'application/octet-stream' })
+    const url = await store.presignGet(key, { expiresIn: 60, contentType: 'application/pdf', contentDisposition: disposition })
+    const address = new URL(url)
+    expect(address.origin).toBe(s3.endpoint)
+    expect(address.pathname).toBe(`/${s3.bucket}/signed/${run}/a%20b%2Bc.pdf`)
+    expect(address.searchParams.get('X-Amz-Expires')).toBe('60')
+    expect(address.searchParams.get('response-content-type')).toBe('application/pdf')
+    expect(address.searchParams.get('response-content-disposition')).toBe(disposition)
+
+    const res = await fetch(url)
+    expect(res.status).toBe(200)
+    expect(res.headers.get('content-type')).toBe('application/pdf')
+    expect(res.headers.get('content-disposition')).toBe(disposition)
+    expect(sha256(Buffer.from(await res.arrayBuffer()))).toBe(sha256(bytes))
+
+    const ranged = await fetch(url, { headers: { range: 'bytes=1000-1999' } })
+    expect(ranged.status).toBe(206)
+    expect(ranged.headers.get('content-range')).toBe('bytes 1000-1999/200000')
+    expect(ranged.headers.get('content-disposition')).toBe(disposition)
+    expect(Buffer.compare(Buffer.from(await ranged.arrayBuffer()), bytes.subarray(1000, 2000))).toBe(0)
+
+    // Signing is local: a missing object is the client's 404, from S3.
+    const missing = await fetch(
+      await store.presignGet(`${run}/missing.pdf`, { expiresIn: 60, contentType: 'application/pdf', contentDisposition: 'inline' }),
+    )
+    expect(missing.status).toBe(404)
+    await missing.arrayBuffer()
+  })
+
+  it('an expired address is refused (403 AccessDenied "Request has expired")', async () => {
+    const store = make()
+    const key = `${run}/expiring.txt`
+    await store.put(key, Buffer.from('soon gone'))
+    const url = await store.presignGet(key, { expiresIn: 1, contentType: 'text/plain', contentDisposition: 'inline' })
+    // X-Amz-Date has whole seconds: the address ends at most 1 s after it was signed.
+    await new Promise((resolve) => setTimeout(resolve, 2_100))
+    const res = await fetch(url)
+    expect(res.status).toBe(403)
+    const body = await res.text()
+    expect(body).toContain('<Code>AccessDenied</Code>')
+    expect(body).toContain('Request has expired')
+  })
+
+  it('a tampered address is refused (403 SignatureDoesNotMatch): signature, signed overrides, key, secret', async () => {
+    const store = make()
+    const key = `${run}/guarded.txt`
+    await store.put(key, Buffer.from('do not touch'))
+    const url = await store.presignGet(key, { expiresIn: 60, contentType: 'text/plain', contentDisposition: 'inline' })
+    expect(await (await fetch(url)).text()).toBe('do not touch')
+
+    const signature = new URL(url).searchParams.get('X-Amz-Signature')!
+    const flipped = `${signature.slice(0, -1)}${signature.endsWith('0') ? '1' : '0'}`
+    const tampered = [
+      url.replace(`X-Amz-Signature=${signature}`, `X-Amz-Signature=${flipped}`),
+      url.replace('response-content-type=text%2Fplain', 'response-content-type=text%2Fhtml'),
+      url.replace('response-content-disposition=inline', 'response-content-disposition=attachment'),
+      url.replace('guarded.txt', 'other.txt'),
+      url.replace('X-Amz-Expires=60', 'X-Amz-Expires=600'),
+      // Signed with a wrong secret key: s3rver alone lets it through (it does not check SigV4).
+      await make({ secretKey: 'not-the-secret' }).presignGet(key, {
+        expiresIn: 60,
+        contentType: 'text/plain',
+        contentDisposition: 'inline',
+      }),
+    ]
+    for (const address of tampered) {
+      expect(address).not.toBe(url)
+      const res = await fetch(address)
+      expect(res.status, address).toBe(403)
+      expect(await res.text()).toContain('<Code>SignatureDoesNotMatch</Code>')
+    }
+  })
+
+  it('s3rver on its own checks the expiry but not the signature (what the test server adds)', async () => {
+    const bare = await startS3rver('attach-bare', { verifyPresigned: false })
+    const store = new S3Store('bare', { ...bare.settings } as unknown as S3StoreOptions)
+    try {
+      await store.put('a.txt', Buffer.from('bare'))
+      const url = await store.presignGet('a.txt', { expiresIn: 60, contentType: 'text/plain', contentDisposition: 'inline' })
+      const signature = new URL(url).searchParams.get('X-Amz-Signature')!
+      const res = await fetch(url.replace(signature, '0'.repeat(64)))
+      expect(res.status).toBe(200)
+      expect(await res.text()).toBe('bare')
+    } finally {
+      await store.close()
+      await bare.close()
+    }
+  })
+
+  it('refuses a bad key as get does (bad-key, 400), before signing', async () => {
+    const store = make({ prefix: 'p/' })
+    const options = { expiresIn: 60, contentType: 'text/plain', contentDisposition: 'inline' }
+    for (const bad of ['../x', 'a/../../x', '/../x', '%2e%2e/x', 'a//b', '']) {
+      const refusal = await store.get(bad).catch((err: unknown) => err)
+      expect(refusal).toMatchObject({ code: 'bad-key', status: 400 })
+      await expect(store.presignGet(bad, options)).rejects.toMatchObject({
+        code: 'bad-key',
+        status: 400,
+        message: (refusal as Error).message,
+      })
+    }
+    await expect(store.presignGet('a.txt', { ...options, expiresIn: 0 })).rejects.toThrow(/expiresIn must be 1 to 604800 seconds/)
+    await expect(store.presignGet('a.txt', { ...options, expiresIn: 604_801 })).rejects.toThrow(/expiresIn/)
+  })
+})
+
+describe('attach-storage on S3 with serve: redirect (end to end)', () => {
+  const SECRET = 'presign-test-secret-of-32-bytes!'
+  let dir: string
+  let db: Awaited<ReturnType<typeof openDatabase>>
+  let storage: Awaited<ReturnType<typeof createAttachStorage>>
+  let handler: ReturnType<typeof createAttachHandler>
+
+  beforeAll(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'attach-s3-redirect-'))
+    db = await openDatabase({ type: 'sqlite', file: join(dir, 'attach.db') })
+    storage = await createAttachStorage({
+      config: {
+        directory: { baseDir: join(dir, 'files'), tmpDir: join(dir, 'tmp') },
+        defaultStore: 's3',
+        stores: { s3: { type: 's3', serve: 'redirect', 'redirect-ttl': '2m', ...s3.settings, prefix: 'redirect/' } },
+        domains: { demo: { categories: { default: {} } } },
+      },
+      db,
+      jwt: { secret: SECRET },
+      logger: { info: () => {}, warn: () => {}, error: () => {} },
+    })
+    handler = createAttachHandler(storage)
+  })
+  afterAll(async () => {
+    await storage?.close()
+    await db?.destroy()
+    if (dir) await rm(dir, { recursive: true, force: true })
+  })
+
+  it('upload, confirmed save, then download answers 302 to a presigned S3 address that serves the file', async () => {
+    const auth = { authorization: `Bearer ${hs256Token(SECRET, '7')}` }
+    const name = '분기 보고서.pdf'
+    const bytes = Buffer.concat([Buffer.from('%PDF-1.4\n'), randomBytes(50_000)])
+    const form = new FormData()
+    form.append('refDomain', 'demo')
+    form.append('refCategory', 'default')
+    form.append('file', new Blob([new Uint8Array(bytes)]), name)
+    const up = await handler.fetch(new Request('http://x/api/storage/attach/tmp', { method: 'POST', body: form, headers: auth }))
+    expect(up.status).toBe(200)
+    const tmp = ((await up.json()) as { files: Array<{ name: string }> }).files[0]!
+    const saved = await handler.fetch(
+      new Request('http://x/api/storage/attach/demo/1', {
+        method: 'POST',
+        headers: { ...auth, 'content-type': 'application/json' },
+        body: JSON.stringify({ default: [{ savedName: tmp.name }] }),
+      }),
+    )
+    const body = (await saved.json()) as { success: boolean; attachList: Array<Record<string, any>> }
+    expect(saved.status, JSON.stringify(body)).toBe(200)
+    const file = body.attachList.at(-1)!
+    expect(file.displayName).toBe(name)
+
+    const res = await handler.fetch(new Request(`http://x/assets/storage/attach/download/${file.id}`))
+    expect(res.status).toBe(302)
+    expect(res.headers.get('cache-control')).toBe('private, no-store')
+    const location = res.headers.get('location')!
+    const address = new URL(location)
+    expect(address.origin).toBe(s3.endpoint)
+    expect(address.pathname).toBe(`/${s3.bucket}/redirect${file.savedDir}${file.savedName}`)
+    expect(address.searchParams.get('X-Amz-Expires')).toBe('120')
+
+    const direct = await fetch(location)
+    expect(direct.status).toBe(200)
+    expect(direct.headers.get('content-type')).toBe('application/pdf')
+    expect(direct.headers.get('content-disposition')).toBe(`attachment; filename="__ ___.pdf"; filename*=UTF-8''${rfc5987(name)}`)
+    expect(sha256(Buffer.from(await direct.arrayBuffer()))).toBe(sha256(bytes))
+
+    // A view is a 302 too, inline; the store answers its ranges itself.
+    const view = await handler.fetch(new Request(`http://x/assets/storage/attach/view/${file.id}`))
+    expect(view.status).toBe(302)
+    const ranged = await fetch(view.headers.get('location')!, { headers: { range: 'bytes=0-8' } })
+    expect(ranged.status).toBe(206)
+    expect(ranged.headers.get('content-disposition')).toMatch(/^inline; /)
+    expect(Buffer.from(await ranged.arrayBuffer()).toString()).toBe('%PDF-1.4\n')
+  })
+})
+
+// ----------------------------------------------------------------------------------------------------
+
+/** A download name as `filename*` carries it (RFC 5987), as the core encodes it. */
+function rfc5987(name: string): string {
+  return encodeURIComponent(name).replace(/['()*]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`)
+}
+
+/** An HS256 JWT for user `sub`, valid for an hour. */
+function hs256Token(secret: string, sub: string): string {
+  const part = (o: object) => Buffer.from(JSON.stringify(o)).toString('base64url')
+  const now = Math.floor(Date.now() / 1000)
+  const unsigned = `${part({ alg: 'HS256', typ: 'JWT' })}.${part({ sub, iat: now, exp: now + 3600 })}`
+  return `${unsigned}.${createHmac('sha256', secret).update(unsigned).digest('base64url')}`
+}
 
 function sha256(bytes: Uint8Array): string {
   return createHash('sha256').update(bytes).digest('hex')

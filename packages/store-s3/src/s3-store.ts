@@ -19,6 +19,7 @@ import {
   type S3ClientConfig,
 } from '@aws-sdk/client-s3'
 import { Upload } from '@aws-sdk/lib-storage'
+import { getSignedUrl } from '@aws-sdk/s3-request-presigner'
 import {
   AttachStorageError,
   badKeyError,
@@ -31,6 +32,7 @@ import {
   settingsError,
   storeFailure,
   type ByteRange,
+  type PresignGetOptions,
   type PutOptions,
   type Store,
   type StoreFactory,
@@ -45,6 +47,8 @@ const MiB = 1024 * 1024
 export const SINGLE_PUT_MAX = 5 * MiB
 /** S3's limit of parts per multipart upload. */
 const MAX_PARTS = 10_000
+/** The longest validity of a signature version 4 presigned address (7 days). */
+const MAX_PRESIGN_SECONDS = 7 * 24 * 3600
 /** S3's (and the core's) longest key, in bytes. */
 const MAX_S3_KEY_BYTES = 1024
 
@@ -222,6 +226,44 @@ export class S3Store implements Store {
     }
     // Some S3-compatible servers send more than asked (s3rver answers "bytes=0-0" with the whole object).
     return Readable.from(sliceOf(body, start - sent.start, last - start + 1), { objectMode: false })
+  }
+
+  /**
+   * A presigned GetObject address (signature version 4, query-string authentication) of `key`, valid
+   * for `expiresIn` seconds, whose answer carries the given `Content-Type` and `Content-Disposition`
+   * (`response-content-type`, `response-content-disposition`, both signed). The key goes through the
+   * same normalization and prefix as `get` (a bad key is refused with `bad-key` before anything is
+   * signed). Signing is local: no request is made, so a missing object is only seen by the client (404
+   * from S3). The address is always the bucket's S3 endpoint, never `cdn-url` (a CDN in front would not
+   * pass the signature on). The credentials must outlive the address: temporary ones (a session token,
+   * an instance role) cut it short when they expire.
+   *
+   * @example
+   * const url = await store.presignGet('demo/2026/11/42/abc.pdf', {
+   *   expiresIn: 300,
+   *   contentType: 'application/pdf',
+   *   contentDisposition: `attachment; filename="a.pdf"; filename*=UTF-8''a.pdf`,
+   * })
+   */
+  async presignGet(key: string, options: PresignGetOptions): Promise<string> {
+    const objectKey = this.#objectKey(key)
+    const expiresIn = Math.floor(options.expiresIn)
+    if (!(expiresIn >= 1 && expiresIn <= MAX_PRESIGN_SECONDS)) {
+      throw new RangeError(
+        `S3 store "${this.name}": presignGet() expiresIn must be 1 to ${MAX_PRESIGN_SECONDS} seconds, not ${options.expiresIn}`,
+      )
+    }
+    const command = new GetObjectCommand({
+      Bucket: this.bucket,
+      Key: objectKey,
+      ResponseContentType: options.contentType,
+      ResponseContentDisposition: options.contentDisposition,
+    })
+    try {
+      return await getSignedUrl(this.client, command, { expiresIn })
+    } catch (err) {
+      throw this.#wrap('presignGet', key, err)
+    }
   }
 
   async stat(key: string): Promise<StoreStat> {

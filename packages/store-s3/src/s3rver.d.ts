@@ -18,6 +18,8 @@ declare module 's3rver' {
   /** The Koa context s3rver's middleware sees (only what the tests touch). */
   export interface S3rverContext {
     method: string
+    /** The request target as received (path and query, still percent-encoded). */
+    url: string
     path: string
     query: Record<string, string | string[] | undefined>
     headers: Record<string, string | string[] | undefined>

@@ -18,8 +18,13 @@
  *   that opens the file before sizing it, so one read is of one version. Its range quirks are kept
  *   ("bytes=0-0" gives the whole object, a range on an empty object a broken 206).
  * s3rver also does not check SigV4 signatures (a wrong secret key passes; an unknown access key fails).
+ * It does enforce the expiry of a presigned (query-string) address (`X-Amz-Date` + `X-Amz-Expires`), and
+ * applies the signed `response-content-*` overrides. Unless started with `verifyPresigned: false`, the
+ * signature of a presigned address of the test access key is checked here, as S3 checks it (signature
+ * version 4, recomputed with node:crypto from the request as received): a presigned address that passes
+ * is one real S3 would accept, and a tampered one is refused with 403 SignatureDoesNotMatch.
  */
-import { createHash, randomBytes } from 'node:crypto'
+import { createHash, createHmac, randomBytes, timingSafeEqual } from 'node:crypto'
 import { createWriteStream, existsSync } from 'node:fs'
 import { mkdir, mkdtemp, open, readdir, readFile, rename, rm, stat, unlink, type FileHandle } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
@@ -53,7 +58,7 @@ export interface TestS3Server {
   close(): Promise<void>
 }
 
-export async function startS3rver(bucket = 'attach-test'): Promise<TestS3Server> {
+export async function startS3rver(bucket = 'attach-test', options: { verifyPresigned?: boolean } = {}): Promise<TestS3Server> {
   const directory = await mkdtemp(join(tmpdir(), 'attach-s3rver-'))
   const server = new S3rver({
     port: 0,
@@ -69,6 +74,12 @@ export async function startS3rver(bucket = 'attach-test'): Promise<TestS3Server>
     if (!existsSync(dir)) return []
     const ids = await readdir(dir)
     return Promise.all(ids.map(async (uploadId) => ({ uploadId, key: (await readFile(join(dir, uploadId, 'key'))).toString() })))
+  }
+  if (options.verifyPresigned !== false) {
+    server.middleware.splice(server.middleware.length - 1, 0, async (ctx, next) => {
+      if (presignedBy(ctx) === S3RVER_ACCESS_KEY) verifyPresignedV4(ctx, S3RVER_SECRET_KEY)
+      await next()
+    })
   }
   server.middleware.splice(server.middleware.length - 1, 0, async (ctx, next) => {
     const auth = ctx.headers.authorization
@@ -157,6 +168,66 @@ export async function startS3rver(bucket = 'attach-test'): Promise<TestS3Server>
       await stopListening()
       await rm(directory, { recursive: true, force: true })
     },
+  }
+}
+
+/** The access key of a signature version 4 presigned request; undefined for any other request. */
+function presignedBy(ctx: S3rverContext): string | undefined {
+  const credential = ctx.query['X-Amz-Credential']
+  return ctx.query['X-Amz-Algorithm'] === 'AWS4-HMAC-SHA256' && typeof credential === 'string' ? credential.split('/')[0] : undefined
+}
+
+/** RFC 3986 encoding, as signature version 4 wants it. */
+const rfc3986 = (s: string): string => encodeURIComponent(s).replace(/[!'()*]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`)
+const hmac = (key: Buffer | string, data: string): Buffer => createHmac('sha256', key).update(data, 'utf8').digest()
+
+/**
+ * Checks the signature of a presigned (query-string, signature version 4) request as S3 does: the
+ * canonical request from the path as received, the sorted query without `X-Amz-Signature`, the signed
+ * headers and the unsigned payload; throws 403 SignatureDoesNotMatch when it differs.
+ */
+function verifyPresignedV4(ctx: S3rverContext, secretKey: string): void {
+  const [rawPath = '/', rawQuery = ''] = ctx.url.split('?', 2) as [string, string?]
+  const params: Array<[string, string]> = rawQuery
+    .split('&')
+    .filter((p) => p !== '')
+    .map((p) => {
+      const at = p.indexOf('=')
+      const [k, v] = at < 0 ? [p, ''] : [p.slice(0, at), p.slice(at + 1)]
+      return [decodeURIComponent(k), decodeURIComponent(v)]
+    })
+  const get = (name: string) => params.find(([k]) => k === name)?.[1] ?? ''
+  const canonicalQuery = params
+    .filter(([k]) => k !== 'X-Amz-Signature')
+    .map(([k, v]) => [rfc3986(k), rfc3986(v)] as const)
+    .sort(([a, av], [b, bv]) => (a < b ? -1 : a > b ? 1 : av < bv ? -1 : av > bv ? 1 : 0))
+    .map(([k, v]) => `${k}=${v}`)
+    .join('&')
+  const signedHeaders = get('X-Amz-SignedHeaders')
+  const canonicalHeaders = signedHeaders
+    .split(';')
+    .map(
+      (h) =>
+        `${h}:${String(ctx.headers[h] ?? '')
+          .trim()
+          .replace(/\s+/g, ' ')}\n`,
+    )
+    .join('')
+  const payload = get('X-Amz-Content-Sha256') || 'UNSIGNED-PAYLOAD'
+  const canonicalRequest = [ctx.method, rawPath, canonicalQuery, canonicalHeaders, signedHeaders, payload].join('\n')
+  const [, ...scopeParts] = get('X-Amz-Credential').split('/')
+  const [date = '', region = '', service = ''] = scopeParts
+  const stringToSign = [
+    'AWS4-HMAC-SHA256',
+    get('X-Amz-Date'),
+    scopeParts.join('/'),
+    createHash('sha256').update(canonicalRequest, 'utf8').digest('hex'),
+  ].join('\n')
+  const signingKey = hmac(hmac(hmac(hmac(`AWS4${secretKey}`, date), region), service), 'aws4_request')
+  const expected = Buffer.from(hmac(signingKey, stringToSign).toString('hex'))
+  const provided = Buffer.from(get('X-Amz-Signature'))
+  if (provided.length !== expected.length || !timingSafeEqual(provided, expected)) {
+    throw new S3Error('SignatureDoesNotMatch', 'The request signature we calculated does not match the signature you provided.', {})
   }
 }
 
