@@ -768,6 +768,18 @@ for (const name of NAMES) {
       )
       const other = await call('/api/storage/config', { headers: { origin: 'https://evil.example.com' } })
       expect(other.headers.get('access-control-allow-origin')).toBeNull()
+      // A view by id (the adapters' fast path writes it on Node's response) carries the CORS headers too.
+      const t = (await (await upload({ refDomain: 'demo', refCategory: 'default' }, [new Blob(['cors']), 'c.txt'])).json()).files[0]
+      const rec = (
+        await (
+          await call('/api/storage/attach/demo/78', { method: 'POST', body: JSON.stringify({ default: [{ savedName: t.name }] }) })
+        ).json()
+      ).attachList[0]
+      const view = await fetch(`${srv.base}/assets/storage/attach/download/${rec.id}`, { headers: { origin: ORIGIN } })
+      expect(await view.text()).toBe('cors')
+      expect(view.headers.get('access-control-allow-origin')).toBe(ORIGIN)
+      expect(list(view.headers.get('access-control-expose-headers'))).toEqual(expect.arrayContaining(['content-disposition']))
+      expect(view.headers.get('content-disposition')).toMatch(/^attachment; filename="c.txt"/)
       log.cors = seen
     })
 

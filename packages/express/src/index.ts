@@ -1,6 +1,6 @@
 import { Router, type ErrorRequestHandler, type RequestHandler } from 'express'
 import { createAttachHandler, type AttachStorage, type FetchHandler, type Logger } from 'attach-storage'
-import { frameworkError, handleNodeRequest, writeWebResponse, type NodeBridgeOptions } from 'attach-storage/node'
+import { createFastViews, frameworkError, handleNodeRequest, writeWebResponse, type NodeBridgeOptions } from 'attach-storage/node'
 
 /** Options of {@link attachStorageRouter}: how the request URL is built (see `attach-storage/node`). */
 export type AttachStorageRouterOptions = NodeBridgeOptions
@@ -51,7 +51,8 @@ export function attachStorageRouter(storage: AttachStorage, options: AttachStora
   // `use` matches the prefix and everything below it, for every method; Express strips the prefix
   // from `req.url`, which is why fromWebHandler rebuilds the URL from `req.originalUrl`.
   router.use(apiPrefix, fromWebHandler(handler.api, options))
-  router.use(assetsPrefix, fromWebHandler(handler.assets, options))
+  // Views by id, the commonest request, take the fast path: the same answers without Web objects.
+  router.use(assetsPrefix, fromWebHandler(handler.assets, { fast: createFastViews(storage), ...options }))
   return router
 }
 

@@ -1,4 +1,6 @@
+import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { Hono } from 'hono'
+import type { FastViews } from 'attach-storage/node'
 import { AttachStorageError, createAttachHandler, type AttachHandler, type AttachStorage } from 'attach-storage'
 
 /**
@@ -20,11 +22,45 @@ const WEB_METHODS: ReadonlySet<string> = new Set(['GET', 'HEAD', 'POST', 'PUT', 
 export function mountAttachStorage(app: Hono<any, any, any>, storage: AttachStorage): AttachHandler {
   const handler = createAttachHandler(storage)
   const { apiPrefix, assetsPrefix } = storage.config
-  const serve = (fetch: (request: Request) => Promise<Response>) => (c: { req: { method: string; raw: Request } }) =>
+  const serve = (fetch: (request: Request) => Promise<Response>) => (c: HonoContext) =>
     WEB_METHODS.has(c.req.method) ? fetch(c.req.raw) : new AttachStorageError('not-found', 'No such route', { status: 404 }).toResponse()
+  const assets = serve(handler.assets)
+  const fast = fastViewsOn(storage)
   app.all(apiPrefix, serve(handler.api))
   app.all(`${apiPrefix}/*`, serve(handler.api))
-  app.all(assetsPrefix, serve(handler.assets))
-  app.all(`${assetsPrefix}/*`, serve(handler.assets))
+  app.all(assetsPrefix, assets)
+  app.all(`${assetsPrefix}/*`, async (c: HonoContext) => (await fast(c)) ?? assets(c))
   return handler
+}
+
+/** What the adapter uses of Hono's context: the request, the answer so far, and Node's objects under @hono/node-server. */
+interface HonoContext {
+  req: { method: string; raw: Request }
+  res: Response
+  env?: { incoming?: IncomingMessage; outgoing?: ServerResponse }
+}
+
+/**
+ * Under @hono/node-server (`c.env.incoming` and `c.env.outgoing` are Node's request and response), a
+ * view by id takes the fast path of `attach-storage/node`: the same answer written on Node's response
+ * itself, then Hono is told it was sent (`x-hono-already-sent`). Headers a middleware put on the answer
+ * before (CORS) go out with it. Elsewhere (Bun, Deno, workers) nothing changes; the Node module is
+ * loaded only once a Node request is seen.
+ */
+function fastViewsOn(storage: AttachStorage): (c: HonoContext) => Promise<Response | undefined> {
+  let views: FastViews | undefined
+  let loading: Promise<FastViews> | undefined
+  return async (c) => {
+    const incoming = c.env?.incoming
+    const outgoing = c.env?.outgoing
+    if (!incoming || !outgoing || typeof incoming.url !== 'string') return undefined
+    views ??= await (loading ??= import('attach-storage/node').then((m) => m.createFastViews(storage)))
+    const match = views.match(incoming)
+    if (!match) return undefined
+    c.res.headers.forEach((value, name) => {
+      outgoing.setHeader(name, value)
+    })
+    await views.serve(match, incoming, outgoing, () => c.req.raw)
+    return new Response(null, { headers: { 'x-hono-already-sent': 'true' } })
+  }
 }

@@ -14,21 +14,28 @@ export function json(body: unknown, status = 200, headers?: HeadersInit): Respon
   return new Response(JSON.stringify(body), { status, headers: h })
 }
 
-/** Turns any error into its JSON answer; unexpected errors become a bare 500 (logged, never a stack). */
-export function errorResponse(err: unknown, logger: Logger): Response {
+/**
+ * The error a client is answered for `err`: an `AttachStorageError` as it is, but a 5xx with a generic
+ * message (the detail, store names, keys and hosts, goes to the log), and anything else a bare 500
+ * `internal-error`, logged. A 503 `busy` (a bound refusing load, with `Retry-After`) is not a fault.
+ */
+export function answeredError(err: unknown, logger: Logger): AttachStorageError {
   if (err instanceof AttachStorageError) {
-    // A refusal for load (503 `busy`, with Retry-After) is the bound working, not a fault: answered as it is.
-    if (err.code === 'busy') return err.toResponse()
+    if (err.code === 'busy') return err
     if (err.status >= 500 && err.code !== 'attach-save-failure') {
-      // Server-side detail (store names, keys, hosts) goes to the log, not to the client.
       logger.error('attach-storage:', err)
       const message = err.status === 503 ? 'The service is not ready' : 'The storage backend failed; try again later'
-      return new AttachStorageError(err.code, message, { status: err.status, headers: err.headers }).toResponse()
+      return new AttachStorageError(err.code, message, { status: err.status, headers: err.headers })
     }
-    return err.toResponse()
+    return err
   }
   logger.error('attach-storage: unexpected error', err)
-  return new AttachStorageError('internal-error', 'An internal error occurred', { status: 500 }).toResponse()
+  return new AttachStorageError('internal-error', 'An internal error occurred', { status: 500 })
+}
+
+/** Turns any error into its JSON answer; unexpected errors become a bare 500 (logged, never a stack). */
+export function errorResponse(err: unknown, logger: Logger): Response {
+  return answeredError(err, logger).toResponse()
 }
 
 /** Reads a JSON body of at most `limit` bytes; 400 when malformed, 413 when larger. */

@@ -2,7 +2,7 @@ import { readAll } from '../stores/read-all.js'
 import { streamResponse } from './node-body.js'
 import { AttachStorageError } from '../errors.js'
 import { isActiveContent } from '../media/sniff.js'
-import type { ByteRange } from '../stores/store.js'
+import type { ByteRange, Store } from '../stores/store.js'
 import type { ServeTarget } from '../service/attach-storage.js'
 
 /**
@@ -45,40 +45,41 @@ export function parseRange(header: string | null, size: number): ByteRange | nul
 
 const quoteEtag = (sha: string) => `"${sha}"`
 
-/**
- * The answer that hands the bytes to the server in front: this process's headers (type, download name,
- * nosniff, cache policy, the sandbox of active content) and `X-Accel-Redirect` (nginx) or `X-Sendfile`
- * (Apache, lighttpd). That server sends the file with its own Content-Length, ETag, Last-Modified,
- * Range and conditional answers; nginx keeps Content-Type, Content-Disposition and Cache-Control of
- * this answer and adds the rest as its configuration says (docs/serving.md).
- */
-function handOff(
-  target: ServeTarget,
-  delivery: Extract<NonNullable<ServeTarget['delivery']>, { mode: 'x-accel-redirect' | 'x-sendfile' }>,
-  headers: Headers,
-  active: boolean,
-): Response {
-  if (active) headers.set('content-security-policy', "default-src 'none'; sandbox")
-  const scope = target.private ? 'private' : 'public'
-  headers.set('cache-control', target.cache === 'immutable' ? `${scope}, max-age=31536000, immutable` : `${scope}, no-cache`)
-  if (target.vary) headers.set('vary', target.vary)
-  if (delivery.mode === 'x-accel-redirect') headers.set('x-accel-redirect', delivery.uri)
-  else headers.set('x-sendfile', delivery.path)
-  return new Response(null, { status: 200, headers })
+/** Bodies up to this size are read whole and answered as bytes rather than as a stream. */
+export const SMALL_BODY = 256 * 1024
+
+/** What a file answer needs of its request: the method and the request headers (lower-case names). */
+export interface AnswerRequest {
+  readonly method: string
+  header(name: string): string | null
 }
 
-/** Bodies up to this size are answered as bytes rather than as a stream. */
-const SMALL_BODY = 256 * 1024
+/**
+ * A file answer before it is written, the same for the Web handlers and the Node fast path: the status,
+ * the headers (in the order they go out), and the body: none (HEAD, 304, a hand-off), bytes (a small
+ * file or range read whole, an error), or a store's object to stream.
+ */
+export interface FileAnswer {
+  status: number
+  headers: Array<[string, string]>
+  body?: Uint8Array | { store: Store; key: string; range: ByteRange | undefined; length: number }
+}
 
-function notModified(request: Request, target: ServeTarget): boolean {
-  const inm = request.headers.get('if-none-match')
+/** The Web `Request` as an {@link AnswerRequest}. */
+export const webAnswerRequest = (request: Request): AnswerRequest => ({
+  method: request.method,
+  header: (name) => request.headers.get(name),
+})
+
+function notModified(request: AnswerRequest, target: ServeTarget): boolean {
+  const inm = request.header('if-none-match')
   if (inm && target.etag) {
     const tags = inm.split(',').map((t) => t.trim().replace(/^W\//, ''))
     return tags.includes('*') || tags.includes(quoteEtag(target.etag))
   }
   // A date says nothing about which file an address names when it may name another file later (a view
   // by reference after a re-sort or a replacement): only the ETag, the file's own hash, decides there.
-  const ims = request.headers.get('if-modified-since')
+  const ims = request.header('if-modified-since')
   if (ims && target.lastModified && !inm && target.cache === 'immutable') {
     const since = Date.parse(ims)
     // HTTP dates have whole seconds: the file is unchanged when it was last modified at or before `since`.
@@ -88,32 +89,41 @@ function notModified(request: Request, target: ServeTarget): boolean {
 }
 
 /**
- * Streams a resolved file as a Web Response: `view` inline (active content types always go out as
+ * Decides the answer for a resolved file: `view` inline (active content types always go out as
  * downloads), `download` as an attachment under its display name. Sets Content-Type, Content-Length,
  * Last-Modified, a strong ETag, Cache-Control and nosniff; honours If-None-Match / If-Modified-Since
- * (304) and a single byte range (206 / 416).
+ * (304) and a single byte range (206 / 416); hands the bytes to nginx, Apache or lighttpd, or redirects
+ * to a presigned store address, as the target's delivery says. A small body (at most {@link SMALL_BODY})
+ * is read here in one call when the store can (`readBytes`), else whole from its stream.
  */
-export async function serveFile(request: Request, target: ServeTarget, action: 'view' | 'download'): Promise<Response> {
-  const headers = new Headers()
+export async function fileAnswer(request: AnswerRequest, target: ServeTarget, action: 'view' | 'download'): Promise<FileAnswer> {
   const active = isActiveContent(target.fileType)
   const asAttachment = action === 'download' || active
   const type = active ? 'application/octet-stream' : target.fileType || 'application/octet-stream'
   const disposition = contentDisposition(asAttachment ? 'attachment' : 'inline', target.displayName)
-  headers.set('content-type', type)
-  headers.set('x-content-type-options', 'nosniff')
-  headers.set('content-disposition', disposition)
-  if (target.delivery?.mode === 'x-accel-redirect' || target.delivery?.mode === 'x-sendfile') {
-    return handOff(target, target.delivery, headers, active)
-  }
-  headers.set('accept-ranges', 'bytes')
-  if (active) headers.set('content-security-policy', "default-src 'none'; sandbox")
+  const headers: Array<[string, string]> = [
+    ['content-type', type],
+    ['x-content-type-options', 'nosniff'],
+    ['content-disposition', disposition],
+  ]
+  const handOff = target.delivery?.mode === 'x-accel-redirect' || target.delivery?.mode === 'x-sendfile'
+  if (!handOff) headers.push(['accept-ranges', 'bytes'])
+  if (active) headers.push(['content-security-policy', "default-src 'none'; sandbox"])
   const scope = target.private ? 'private' : 'public'
-  headers.set('cache-control', target.cache === 'immutable' ? `${scope}, max-age=31536000, immutable` : `${scope}, no-cache`)
-  if (target.etag) headers.set('etag', quoteEtag(target.etag))
-  if (target.vary) headers.set('vary', target.vary)
-  if (target.lastModified && target.cache === 'immutable') headers.set('last-modified', target.lastModified.toUTCString())
+  headers.push(['cache-control', target.cache === 'immutable' ? `${scope}, max-age=31536000, immutable` : `${scope}, no-cache`])
+  if (target.delivery?.mode === 'x-accel-redirect' || target.delivery?.mode === 'x-sendfile') {
+    // The server in front sends the file, with its own length, validators, Range and 304 answers.
+    if (target.vary) headers.push(['vary', target.vary])
+    headers.push(
+      target.delivery.mode === 'x-accel-redirect' ? ['x-accel-redirect', target.delivery.uri] : ['x-sendfile', target.delivery.path],
+    )
+    return { status: 200, headers }
+  }
+  if (target.etag) headers.push(['etag', quoteEtag(target.etag)])
+  if (target.vary) headers.push(['vary', target.vary])
+  if (target.lastModified && target.cache === 'immutable') headers.push(['last-modified', target.lastModified.toUTCString()])
 
-  if (notModified(request, target)) return new Response(null, { status: 304, headers })
+  if (notModified(request, target)) return { status: 304, headers }
   if (target.delivery?.mode === 'redirect') {
     // The store sends the bytes (and answers Range itself); the address is short-lived, so never cached.
     const location = await target.store.presignGet!(target.key, {
@@ -121,49 +131,63 @@ export async function serveFile(request: Request, target: ServeTarget, action: '
       contentType: type,
       contentDisposition: disposition,
     })
-    const redirect = new Headers({ location, 'cache-control': 'private, no-store', 'x-content-type-options': 'nosniff' })
-    if (target.vary) redirect.set('vary', target.vary)
-    return new Response(null, { status: 302, headers: redirect })
+    const redirect: Array<[string, string]> = [
+      ['location', location],
+      ['cache-control', 'private, no-store'],
+      ['x-content-type-options', 'nosniff'],
+    ]
+    if (target.vary) redirect.push(['vary', target.vary])
+    return { status: 302, headers: redirect }
   }
 
-  let range: ByteRange | null = null
-  const ifRange = request.headers.get('if-range')
+  let range: ByteRange | undefined
+  const ifRange = request.header('if-range')
   const rangeAllowed = !ifRange || (target.etag !== undefined && ifRange === quoteEtag(target.etag))
   if (rangeAllowed) {
-    const r = parseRange(request.headers.get('range'), target.fileSize)
+    const r = parseRange(request.header('range'), target.fileSize)
     if (r === 'unsatisfiable') {
-      headers.set('content-range', `bytes */${target.fileSize}`)
       const err = new AttachStorageError('range-not-satisfiable', 'The requested range is not satisfiable', { status: 416 })
-      return err.toResponse(headers)
+      const body = new TextEncoder().encode(JSON.stringify(err.toJSON()))
+      const refused = headers.filter(([name]) => name !== 'content-type' && name !== 'cache-control')
+      refused.push(
+        ['content-range', `bytes */${target.fileSize}`],
+        ['content-type', 'application/json; charset=utf-8'],
+        ['cache-control', 'no-store'],
+      )
+      return { status: 416, headers: refused, body }
     }
-    range = r
+    range = r ?? undefined
   }
-  if (request.method === 'HEAD') {
-    headers.set('content-length', String(range ? range.end! - range.start + 1 : target.fileSize))
-    return new Response(null, { status: range ? 206 : 200, headers })
-  }
+  const status = range ? 206 : 200
+  const length = range ? range.end! - range.start + 1 : target.fileSize
+  if (range) headers.push(['content-range', `bytes ${range.start}-${range.end}/${target.fileSize}`])
+  const sized = (bytes: number): Array<[string, string]> => [...headers, ['content-length', String(bytes)]]
+  if (request.method === 'HEAD') return { status, headers: sized(length) }
   if (target.bytes) {
     const body = range ? target.bytes.subarray(range.start, range.end! + 1) : target.bytes
-    if (range) headers.set('content-range', `bytes ${range.start}-${range.end}/${target.fileSize}`)
-    headers.set('content-length', String(body.length))
-    return new Response(body as unknown as BodyInit, { status: range ? 206 : 200, headers })
+    return { status, headers: sized(body.length), body }
   }
-  const stream = await target.store.get(target.key, range ?? undefined)
-  const length = range ? range.end! - range.start + 1 : target.fileSize
   if (length <= SMALL_BODY) {
-    // A small file is read whole and answered as bytes: the adapters write those at once, where a
-    // stream costs a Web stream round trip per answer.
-    const body = await readAll(stream)
-    if (range) headers.set('content-range', `bytes ${range.start}-${range.end}/${target.fileSize}`)
-    headers.set('content-length', String(body.length))
-    return new Response(body as unknown as BodyInit, { status: range ? 206 : 200, headers })
+    // A small file is read whole and answered as bytes: written at once, where a stream costs a turn
+    // per chunk. A store that reads a known length in one call skips opening a stream (and its stat).
+    const body = target.store.readBytes
+      ? await target.store.readBytes(target.key, range?.start ?? 0, length)
+      : await readAll(await target.store.get(target.key, range))
+    return { status, headers: sized(body.length), body }
   }
-  if (range) {
-    headers.set('content-range', `bytes ${range.start}-${range.end}/${target.fileSize}`)
-    headers.set('content-length', String(range.end! - range.start + 1))
-  } else {
-    headers.set('content-length', String(target.fileSize))
-  }
+  return { status, headers: sized(length), body: { store: target.store, key: target.key, range, length } }
+}
+
+/**
+ * Streams a resolved file as a Web Response ({@link fileAnswer} decides the status, headers and body).
+ */
+export async function serveFile(request: Request, target: ServeTarget, action: 'view' | 'download'): Promise<Response> {
+  const answer = await fileAnswer(webAnswerRequest(request), target, action)
+  const headers = new Headers(answer.headers)
+  const { body } = answer
+  if (body === undefined) return new Response(null, { status: answer.status, headers })
+  if (body instanceof Uint8Array) return new Response(body as unknown as BodyInit, { status: answer.status, headers })
+  const stream = await body.store.get(body.key, body.range)
   request.signal?.addEventListener('abort', () => stream.destroy(), { once: true })
-  return streamResponse(stream, { status: range ? 206 : 200, headers })
+  return streamResponse(stream, { status: answer.status, headers })
 }

@@ -15,6 +15,7 @@ import type { Duplex, Readable } from 'node:stream'
 import { pipeline } from 'node:stream/promises'
 import { AttachStorageError, badRequest, notFound, type AttachErrorCode } from '../errors.js'
 import { nodeBodyOf } from '../http/node-body.js'
+import type { FastViews } from './fast-views.js'
 
 /** Options shared by every entry point of the bridge. */
 export interface NodeBridgeOptions {
@@ -29,6 +30,11 @@ export interface NodeBridgeOptions {
    * header and the socket's scheme. Only its origin is used.
    */
   baseUrl?: string
+  /**
+   * The fast path of a service's views by id ({@link createFastViews}), tried before the handler:
+   * the same answers, on the Node request and response themselves. The adapters set it.
+   */
+  fast?: FastViews
 }
 
 /** Options of {@link toWebRequest}. */
@@ -334,6 +340,7 @@ function drained(res: ServerResponse): Promise<boolean> {
 const SMALL_RESPONSE = 256 * 1024
 
 export { NODE_BODY, nodeBodyOf } from '../http/node-body.js'
+export { createFastViews, type FastViewMatch, type FastViews } from './fast-views.js'
 
 /**
  * Writes a Web `Response` to a Node response: status, headers (each `Set-Cookie` on its own line), then
@@ -437,6 +444,16 @@ export async function handleNodeRequest(
 ): Promise<void> {
   if (!WEB_METHODS.has((req.method ?? 'GET').toUpperCase())) {
     await writeWebResponse(res, methodNotServed())
+    return
+  }
+  const fast = options.fast?.match(req, options.url)
+  if (fast) {
+    releaseRequestBody(req, res)
+    try {
+      await options.fast!.serve(fast, req, res, () => toWebRequest(req, res, options))
+    } catch {
+      if (!res.destroyed) res.destroy()
+    }
     return
   }
   let request: Request

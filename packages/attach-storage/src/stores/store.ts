@@ -85,6 +85,12 @@ export interface Store {
    * `serve: redirect`: views and downloads then answer 302 to this address.
    */
   presignGet?(key: string, options: PresignGetOptions): Promise<string>
+  /**
+   * Optional: reads `length` bytes from `start` in one call, for a small answer whose length the record
+   * already knows (no stream, no stat). Fewer bytes only when the object is shorter than that; a missing
+   * object throws `not-found`. Callers keep `length` small (the handlers: at most 256 KiB).
+   */
+  readBytes?(key: string, start: number, length: number): Promise<Uint8Array>
 }
 
 /** What {@link Store.presignGet} signs. */

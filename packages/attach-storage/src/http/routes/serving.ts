@@ -8,7 +8,7 @@ import { serveFile } from '../serve.js'
 import { ActionSchema, IdSegmentSchema, IndexSegmentSchema, LookupQuerySchema, ResizeQuerySchema } from './schemas.js'
 
 /** The resize request of a view's query; `format=auto` picks AVIF or WebP from `Accept` (answers vary by it). */
-function resizeOf(q: v.InferOutput<typeof ResizeQuerySchema>, accept: string | null): ResizeRequest | undefined {
+export function resizeOf(q: v.InferOutput<typeof ResizeQuerySchema>, accept: string | null): ResizeRequest | undefined {
   if (q.w === undefined && q.h === undefined) return undefined
   if (q.format !== 'auto') return { w: q.w, h: q.h, format: q.format || undefined, negotiated: false }
   const a = (accept ?? '').toLowerCase()

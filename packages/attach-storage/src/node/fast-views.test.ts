@@ -1,0 +1,143 @@
+/**
+ * The fast path of views by id answers exactly what the handlers answer: every request below goes to
+ * two servers on the same service, one through the Node bridge with the fast path and one without,
+ * and status, headers (but Date) and body must be the same.
+ */
+import { createServer, type Server } from 'node:http'
+import type { AddressInfo } from 'node:net'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { type Kit, makeKit, png, saveFile, token } from '../http/test-kit.js'
+import { createFastViews, createNodeHandler, type FastViews } from './index.js'
+
+const ASSETS = '/assets/storage'
+
+describe('the fast path of views by id', () => {
+  let kit: Kit
+  let plain: Server
+  let fast: Server
+  let counted: FastViews
+  let served = 0
+  let requestsMade = 0
+  const ids: Record<string, number> = {}
+
+  const listen = async (server: Server) => {
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()))
+    return `http://127.0.0.1:${(server.address() as AddressInfo).port}`
+  }
+  let plainUrl: string
+  let fastUrl: string
+
+  beforeAll(async () => {
+    kit = await makeKit('sqlite', { config: { signing: { secret: 'a-signing-secret-of-32-characters!!' } } })
+    ids.small = (await saveFile(kit, new Blob(['hello world']), 'hello.txt', '1')).id
+    ids.large = (await saveFile(kit, new Blob([new Uint8Array(600 * 1024).fill(7)]), 'big.bin', '1')).id
+    ids.html = (await saveFile(kit, new Blob(['<html><script>alert(1)</script></html>'], { type: 'text/html' }), 'page.html', '1')).id
+    ids.image = (await saveFile(kit, await png(40, 30), 'photo.png', '2', 'image')).id
+    ids.private = (await saveFile(kit, new Blob(['secret']), 'secret.txt', '1', 'private')).id
+    const views = createFastViews(kit.storage)
+    counted = {
+      match: (req, target) => views.match(req, target),
+      serve: (m, req, res, toRequest) => {
+        served++
+        return views.serve(m, req, res, () => {
+          requestsMade++
+          return toRequest()
+        })
+      },
+    }
+    plain = createServer(createNodeHandler(kit.handler.fetch))
+    fast = createServer(createNodeHandler(kit.handler.fetch, { fast: counted }))
+    plainUrl = await listen(plain)
+    fastUrl = await listen(fast)
+  })
+  afterAll(async () => {
+    for (const s of [plain, fast]) {
+      s?.closeAllConnections()
+      await new Promise<void>((r) => (s ? s.close(() => r()) : r()))
+    }
+    await kit?.cleanup()
+  })
+
+  const both = async (path: string, init: RequestInit = {}) => {
+    const answers = []
+    for (const base of [plainUrl, fastUrl]) {
+      const res = await fetch(base + path, { ...init, redirect: 'manual' })
+      const headers = [...res.headers].filter(([name]) => name !== 'date' && name !== 'keep-alive' && name !== 'connection')
+      answers.push({ status: res.status, headers, body: Buffer.from(await res.arrayBuffer()).toString('base64') })
+    }
+    return answers as [(typeof answers)[0], (typeof answers)[0]]
+  }
+
+  it('answers every case like the handlers, and takes the fast path for each', async () => {
+    const bearer = { authorization: `Bearer ${await token('7')}` }
+    const first = await fetch(`${plainUrl}${ASSETS}/attach/view/${ids.small}`)
+    const etag = first.headers.get('etag')!
+    const lastModified = first.headers.get('last-modified')!
+    await first.arrayBuffer()
+    const direct = await kit.call('/api/storage/direct-url', {
+      method: 'POST',
+      headers: bearer,
+      body: JSON.stringify({ refDomain: 'demo', refKey: '1', refCategory: 'private' }),
+    })
+    const signedUrl = (await direct.json()) as string
+    expect(signedUrl).toMatch(new RegExp(`^${ASSETS}/attach/view/${ids.private}\\?exp=`))
+    const cases: Array<[string, RequestInit?]> = [
+      [`/attach/view/${ids.small}`],
+      [`/attach/download/${ids.small}`],
+      [`/attach/view/${ids.small}`, { method: 'HEAD' }],
+      [`/attach/view/${ids.small}`, { headers: { 'if-none-match': etag } }],
+      [`/attach/view/${ids.small}`, { headers: { 'if-modified-since': lastModified } }],
+      [`/attach/view/${ids.small}`, { headers: { range: 'bytes=2-6' } }],
+      [`/attach/view/${ids.small}`, { headers: { range: 'bytes=50-60' } }],
+      [`/attach/view/${ids.small}`, { headers: { range: 'bytes=2-6', 'if-range': '"other"' } }],
+      [`/attach/view/${ids.large}`],
+      [`/attach/view/${ids.large}`, { headers: { range: 'bytes=1000-400000' } }],
+      [`/attach/view/${ids.large}`, { method: 'HEAD', headers: { range: 'bytes=-10' } }],
+      [`/attach/view/${ids.html}`],
+      [`/attach/view/${ids.image}?w=20`],
+      [`/attach/view/${ids.image}?w=20&format=auto`, { headers: { accept: 'image/webp,*/*' } }],
+      [`/attach/view/${ids.image}?w=20`, { method: 'HEAD' }],
+      [`/attach/view/${ids.image}?w=0`],
+      [`/attach/view/${ids.image}?w=10&format=gif`],
+      [`/attach/view/${ids.private}`],
+      [`/attach/view/${ids.private}`, { headers: bearer }],
+      [`/attach/view/${ids.private}?access_token=${await token('7')}`],
+      [`/attach/view/${ids.private}?access_token=${await token('8')}`],
+      [signedUrl.replace(ASSETS, '')],
+      [`${signedUrl.replace(ASSETS, '')}x`],
+      ['/attach/view/999999'],
+    ]
+    for (const [path, init] of cases) {
+      const before = served
+      const [a, b] = await both(ASSETS + path, init)
+      expect(b, `${init?.method ?? 'GET'} ${path} ${JSON.stringify(init?.headers ?? {})}`).toEqual(a)
+      expect(served, path).toBe(before + 1)
+    }
+  })
+
+  it('makes a Web Request only for a secure-access function', async () => {
+    const before = requestsMade
+    await (await fetch(`${fastUrl}${ASSETS}/attach/view/${ids.small}`)).arrayBuffer()
+    await (await fetch(`${fastUrl}${ASSETS}/attach/view/${ids.large}`)).arrayBuffer()
+    expect(requestsMade).toBe(before)
+    await (await fetch(`${fastUrl}${ASSETS}/attach/view/${ids.private}`)).arrayBuffer()
+    expect(requestsMade).toBe(before + 1)
+  })
+
+  it('leaves every other request to the handlers', async () => {
+    const before = served
+    for (const path of [
+      `${ASSETS}/attach/view/demo/1/default`,
+      `${ASSETS}/attach/%76iew/${ids.small}`,
+      `${ASSETS}/attach/view/${ids.small}/x`,
+      `/api/storage/attach/demo/1`,
+    ]) {
+      const [a, b] = await both(path, { headers: { authorization: `Bearer ${await token('7')}` } })
+      expect(b).toEqual(a)
+    }
+    const post = await fetch(`${fastUrl}${ASSETS}/attach/view/${ids.small}`, { method: 'POST' })
+    expect(post.status).toBe(404)
+    await post.arrayBuffer()
+    expect(served).toBe(before)
+  })
+})

@@ -1,0 +1,123 @@
+/**
+ * The Node fast path of the commonest request: a view or download by id on the binary group
+ * (`GET|HEAD {assets-prefix}/attach/{view|download}/{id}`). It runs the same use case, access rule and
+ * answer as the route table (`http/routes/serving.ts`, `http/serve.ts`), but on the Node request and
+ * response themselves: no Web `Request` is made unless a secure-access function asks for one, and no
+ * Web `Response`: the headers are written once and a small file in one piece. Any other request is left
+ * to the handlers.
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http'
+import { pipeline } from 'node:stream/promises'
+import type { AttachStorageError } from '../errors.js'
+import { answeredError } from '../http/respond.js'
+import { resizeOf } from '../http/routes/serving.js'
+import { ResizeQuerySchema } from '../http/routes/schemas.js'
+import { type FileAnswer, fileAnswer } from '../http/serve.js'
+import { type AttachStorage, contextOf } from '../service/attach-storage.js'
+import { resolveById } from '../service/serving.js'
+import { SIGNATURE_PARAMS } from '../service/signing.js'
+import type { AccessContext, Logger } from '../service/types.js'
+import { parseInput } from '../validation.js'
+
+/** A request the fast path takes: the action, the id and the query of a view by id. */
+export interface FastViewMatch {
+  readonly action: 'view' | 'download'
+  readonly id: number
+  readonly query: string
+}
+
+/** The fast path of one service; the Node bridge and the adapters try it before the handlers. */
+export interface FastViews {
+  /** The view by id this request is, or undefined for any other request (the handlers answer it). */
+  match(req: IncomingMessage, target?: string): FastViewMatch | undefined
+  /**
+   * Answers a matched request on `res`. `toRequest` makes the Web `Request` a secure-access function is
+   * shown, only if one is asked.
+   */
+  serve(match: FastViewMatch, req: IncomingMessage, res: ServerResponse, toRequest: () => Request): Promise<void>
+}
+
+const escapeRegExp = (s: string) => s.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&')
+
+/** Creates the fast path of a service (see the module description). */
+export function createFastViews(storage: AttachStorage): FastViews {
+  const byId = new RegExp(`^${escapeRegExp(storage.config.assetsPrefix)}/attach/(view|download)/(\\d{1,15})$`)
+  return {
+    match(req, target = req.url ?? '/') {
+      if ((req.method !== 'GET' && req.method !== 'HEAD') || !storage.config.enabled || !target.startsWith('/')) return undefined
+      const q = target.indexOf('?')
+      const m = byId.exec(q < 0 ? target : target.slice(0, q))
+      if (!m) return undefined
+      return { action: m[1] as 'view' | 'download', id: Number(m[2]), query: q < 0 ? '' : target.slice(q + 1) }
+    },
+    async serve(match, req, res, toRequest) {
+      let answer: FileAnswer
+      try {
+        const params = new URLSearchParams(match.query)
+        const first: Record<string, string> = {}
+        for (const [k, v] of params) if (!(k in first)) first[k] = v
+        const resize = resizeOf(parseInput(ResizeQuerySchema, first, 'query'), header(req, 'accept'))
+        const expires = first[SIGNATURE_PARAMS.expires]
+        const signature = first[SIGNATURE_PARAMS.signature]
+        let request: Request | undefined
+        const access: AccessContext = {
+          user: null,
+          get request() {
+            request ??= toRequest()
+            return request
+          },
+          signature: expires !== undefined && signature !== undefined ? { expires, signature } : undefined,
+        }
+        const target = await resolveById(contextOf(storage), { id: match.id, resize, lookOnly: req.method === 'HEAD' }, access)
+        answer = await fileAnswer({ method: req.method ?? 'GET', header: (name) => header(req, name) }, target, match.action)
+      } catch (err) {
+        answer = errorAnswer(answeredError(err, storage.logger))
+      }
+      await writeAnswer(res, answer, storage.logger)
+    },
+  }
+}
+
+/** A request header's value (the first of a repeated one), or null. */
+function header(req: IncomingMessage, name: string): string | null {
+  const v = req.headers[name]
+  return v === undefined ? null : Array.isArray(v) ? (v[0] ?? null) : v
+}
+
+/** An error as a file answer: its JSON body and headers, as `AttachStorageError.toResponse()` gives them. */
+function errorAnswer(err: AttachStorageError): FileAnswer {
+  const headers: Array<[string, string]> = Object.entries(err.headers ?? {})
+  headers.push(['content-type', 'application/json; charset=utf-8'], ['x-content-type-options', 'nosniff'], ['cache-control', 'no-store'])
+  return { status: err.status, headers, body: Buffer.from(JSON.stringify(err.toJSON())) }
+}
+
+/** Writes an answer: the headers once, then nothing, the bytes in one piece, or the store's stream. */
+async function writeAnswer(res: ServerResponse, answer: FileAnswer, logger: Logger): Promise<void> {
+  if (res.headersSent || res.destroyed) {
+    if (!res.destroyed) res.destroy()
+    return
+  }
+  const { body } = answer
+  if (body !== undefined && !(body instanceof Uint8Array)) {
+    // Opened before the status line goes out, so that a missing object is still a clean error.
+    let stream: Awaited<ReturnType<typeof body.store.get>>
+    try {
+      stream = await body.store.get(body.key, body.range)
+    } catch (err) {
+      const e = errorAnswer(answeredError(err, logger))
+      res.writeHead(e.status, e.headers.flat())
+      res.end(e.body as Uint8Array)
+      return
+    }
+    res.writeHead(answer.status, answer.headers.flat())
+    try {
+      await pipeline(stream, res)
+    } catch {
+      // The client went away, or the source failed after the status line: cut the connection.
+      if (!res.destroyed) res.destroy()
+    }
+    return
+  }
+  res.writeHead(answer.status, answer.headers.flat())
+  res.end(body)
+}
