@@ -54,7 +54,10 @@ function fastViewsOn(storage: AttachStorage): (c: HonoContext) => Promise<Respon
     const incoming = c.env?.incoming
     const outgoing = c.env?.outgoing
     if (!incoming || !outgoing || typeof incoming.url !== 'string') return undefined
-    views ??= await (loading ??= import('attach-storage/node').then((m) => m.createFastViews(storage)))
+    if (!views) {
+      loading ??= import('attach-storage/node').then((m) => m.createFastViews(storage))
+      views = await loading
+    }
     const match = views.match(incoming)
     if (!match) return undefined
     c.res.headers.forEach((value, name) => {
