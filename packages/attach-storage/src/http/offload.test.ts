@@ -8,21 +8,18 @@ import { createHash } from 'node:crypto'
 import { mkdtemp, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { createServer, type Server } from 'node:http'
-import type { AddressInfo } from 'node:net'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { createNodeHandler } from '../node/index.js'
 import { LocalStore } from '../stores/local-store.js'
 import type { PresignGetOptions, Store } from '../stores/store.js'
 import { type Kit, makeKit, png, saveFile, token } from './test-kit.js'
-import { type FrontServer, startLighttpd, startNginx } from './test-front-servers.js'
+import { type FrontServer, type NodeUpstream, serveOnNode, startLighttpd, startNginx } from './test-front-servers.js'
 
 const ASSETS = '/assets/storage'
 const sha = (b: Uint8Array) => createHash('sha256').update(b).digest('hex')
 
 describe('serve: x-accel-redirect, through nginx', () => {
   let kit: Kit
-  let server: Server
+  let server: NodeUpstream
   let nginx: FrontServer
   const bytes = new Uint8Array(300 * 1024).map((_, i) => (i * 7) % 251)
   let id: number
@@ -36,18 +33,16 @@ describe('serve: x-accel-redirect, through nginx', () => {
     id = (await saveFile(kit, new Blob([bytes]), '보고서 final.bin', '1')).id
     privateId = (await saveFile(kit, new Blob([bytes]), 'secret.bin', '1', 'private')).id
     imageId = (await saveFile(kit, await png(40, 30), 'photo.png', '2', 'image')).id
-    server = createServer(createNodeHandler(kit.handler.fetch))
-    await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()))
+    server = await serveOnNode(kit.handler.fetch)
     nginx = await startNginx({
-      upstreamPort: (server.address() as AddressInfo).port,
+      upstreamPort: server.port,
       prefixes: ['/api/storage', ASSETS],
       internal: { '/_attach/local/': kit.baseDir },
     })
   })
   afterAll(async () => {
     await nginx?.stop()
-    server?.closeAllConnections()
-    await new Promise<void>((r) => (server ? server.close(() => r()) : r()))
+    await server?.stop()
     await kit?.cleanup()
   })
 
@@ -245,7 +240,7 @@ describe('serve: redirect and x-sendfile at the handler', () => {
 
 describe('serve: x-sendfile, through lighttpd', () => {
   let kit: Kit
-  let server: Server
+  let server: NodeUpstream
   let lighttpd: FrontServer
   const bytes = new Uint8Array(200 * 1024).map((_, i) => (i * 13) % 253)
   let id: number
@@ -255,14 +250,12 @@ describe('serve: x-sendfile, through lighttpd', () => {
     kit = await makeKit('sqlite', { config: { stores: { local: { type: 'local', serve: 'x-sendfile' } } } })
     id = (await saveFile(kit, new Blob([bytes]), 'résumé.bin', '1')).id
     privateId = (await saveFile(kit, new Blob([bytes]), 'secret.bin', '1', 'private')).id
-    server = createServer(createNodeHandler(kit.handler.fetch))
-    await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()))
-    lighttpd = await startLighttpd({ upstreamPort: (server.address() as AddressInfo).port, docroots: [kit.baseDir] })
+    server = await serveOnNode(kit.handler.fetch)
+    lighttpd = await startLighttpd({ upstreamPort: server.port, docroots: [kit.baseDir] })
   })
   afterAll(async () => {
     await lighttpd?.stop()
-    server?.closeAllConnections()
-    await new Promise<void>((r) => (server ? server.close(() => r()) : r()))
+    await server?.stop()
     await kit?.cleanup()
   })
 

@@ -7,9 +7,11 @@
 import { type ChildProcess, spawn } from 'node:child_process'
 import { existsSync } from 'node:fs'
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises'
+import { createServer as createHttpServer } from 'node:http'
 import { connect, createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { createNodeHandler, type NodeBridgeOptions } from '../node/index.js'
 
 export const NGINX = '/usr/sbin/nginx'
 export const LIGHTTPD = '/usr/sbin/lighttpd'
@@ -171,4 +173,26 @@ server.modules = ( "mod_proxy" )
 proxy.server = ( "" => (( "host" => "127.0.0.1", "port" => ${options.upstreamPort}, "x-sendfile" => "enable", "x-sendfile-docroot" => ( ${roots} ) )) )
 `,
   }))
+}
+
+/** A handler served by `node:http` through the Node bridge on 127.0.0.1 and a free port (the upstream of a front server). */
+export interface NodeUpstream {
+  port: number
+  url: string
+  stop(): Promise<void>
+}
+
+/** Serves `fetch` through `createNodeHandler` (with `options`, e.g. the fast path) until `stop()`. */
+export async function serveOnNode(fetch: (request: Request) => Promise<Response>, options: NodeBridgeOptions = {}): Promise<NodeUpstream> {
+  const server = createHttpServer(createNodeHandler(fetch, options))
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()))
+  const { port } = server.address() as { port: number }
+  return {
+    port,
+    url: `http://127.0.0.1:${port}`,
+    stop: async () => {
+      server.closeAllConnections()
+      await new Promise<void>((r) => server.close(() => r()))
+    },
+  }
 }

@@ -3,27 +3,22 @@
  * two servers on the same service, one through the Node bridge with the fast path and one without,
  * and status, headers (but Date) and body must be the same.
  */
-import { createServer, type Server } from 'node:http'
-import type { AddressInfo } from 'node:net'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { type Kit, makeKit, png, saveFile, token } from '../http/test-kit.js'
-import { createFastViews, createNodeHandler, type FastViews } from './index.js'
+import { type NodeUpstream, serveOnNode } from '../http/test-front-servers.js'
+import { createFastViews, type FastViews } from './index.js'
 
 const ASSETS = '/assets/storage'
 
 describe('the fast path of views by id', () => {
   let kit: Kit
-  let plain: Server
-  let fast: Server
+  let plain: NodeUpstream
+  let fast: NodeUpstream
   let counted: FastViews
   let served = 0
   let requestsMade = 0
   const ids: Record<string, number> = {}
 
-  const listen = async (server: Server) => {
-    await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()))
-    return `http://127.0.0.1:${(server.address() as AddressInfo).port}`
-  }
   let plainUrl: string
   let fastUrl: string
 
@@ -45,16 +40,14 @@ describe('the fast path of views by id', () => {
         })
       },
     }
-    plain = createServer(createNodeHandler(kit.handler.fetch))
-    fast = createServer(createNodeHandler(kit.handler.fetch, { fast: counted }))
-    plainUrl = await listen(plain)
-    fastUrl = await listen(fast)
+    plain = await serveOnNode(kit.handler.fetch)
+    fast = await serveOnNode(kit.handler.fetch, { fast: counted })
+    plainUrl = plain.url
+    fastUrl = fast.url
   })
   afterAll(async () => {
-    for (const s of [plain, fast]) {
-      s?.closeAllConnections()
-      await new Promise<void>((r) => (s ? s.close(() => r()) : r()))
-    }
+    await plain?.stop()
+    await fast?.stop()
     await kit?.cleanup()
   })
 

@@ -128,17 +128,23 @@ export class LocalStore implements Store {
     return { size }
   }
 
-  async get(key: string, range?: ByteRange): Promise<Readable> {
-    const file = this.#pathOf(key)
-    // The callback API: on the view hot path it costs much less per call than FileHandle's promises.
-    let fd: number
+  /**
+   * Opens a stored file for reading (never through a symbolic link); a missing one is `not-found`. The
+   * callback API: on the view hot path it costs much less per call than FileHandle's promises.
+   */
+  async #openForRead(file: string, key: string): Promise<number> {
     try {
-      fd = await new Promise<number>((resolve, reject) => fsOpen(file, READ_FLAGS, (err, n) => (err ? reject(err) : resolve(n))))
+      return await new Promise<number>((resolve, reject) => fsOpen(file, READ_FLAGS, (err, n) => (err ? reject(err) : resolve(n))))
     } catch (err) {
       const code = errnoOf(err)
       if (isMissing(err) || code === 'ELOOP' || code === 'EISDIR') throw this.#notFound(key)
       throw err
     }
+  }
+
+  async get(key: string, range?: ByteRange): Promise<Readable> {
+    const file = this.#pathOf(key)
+    const fd = await this.#openForRead(file, key)
     try {
       const stats = await new Promise<Stats>((resolve, reject) => fstat(fd, (err, st) => (err ? reject(err) : resolve(st))))
       if (!stats.isFile()) throw this.#notFound(key)
@@ -157,15 +163,7 @@ export class LocalStore implements Store {
    * no stat: for small answers whose size the record knows. Fewer bytes when the file is shorter.
    */
   async readBytes(key: string, start: number, length: number): Promise<Uint8Array> {
-    const file = this.#pathOf(key)
-    let fd: number
-    try {
-      fd = await new Promise<number>((resolve, reject) => fsOpen(file, READ_FLAGS, (err, n) => (err ? reject(err) : resolve(n))))
-    } catch (err) {
-      const code = errnoOf(err)
-      if (isMissing(err) || code === 'ELOOP' || code === 'EISDIR') throw this.#notFound(key)
-      throw err
-    }
+    const fd = await this.#openForRead(this.#pathOf(key), key)
     try {
       const buffer = Buffer.allocUnsafe(length)
       let filled = 0
