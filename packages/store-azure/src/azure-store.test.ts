@@ -17,7 +17,7 @@ import {
 } from '@azure/storage-blob'
 import { AttachStorageError, createAttachHandler, createAttachStorage, openDatabase, type Store } from 'attach-storage'
 import { startAzurite, type Azurite } from './test-azurite.js'
-import { describeStoreConformance, generatedStream } from 'attach-storage/testing'
+import { describeStoreConformance, generatedStream, saveThroughHandler } from 'attach-storage/testing'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { AzureBlobStore, createStore } from './index.js'
 
@@ -811,27 +811,15 @@ describe('the whole service on Azure with serve: redirect (end to end)', () => {
 
   it('upload, confirmed save, then download answers 302 to a SAS address that serves the file', async () => {
     const handler = createAttachHandler(storage)
-    const auth = { authorization: `Bearer ${signJwt('7', SECRET)}` }
     const name = '분기 보고서.pdf'
     const bytes = Buffer.concat([Buffer.from('%PDF-1.4\n'), randomBytes(50_000)])
-    const form = new FormData()
-    form.append('refDomain', 'demo')
-    form.append('refCategory', 'default')
-    form.append('file', new Blob([new Uint8Array(bytes)]), name)
-    const up = await handler.fetch(new Request('http://x/api/storage/attach/tmp', { method: 'POST', body: form, headers: auth }))
-    expect(up.status).toBe(200)
-    const tmp = ((await up.json()) as { files: Array<{ name: string }> }).files[0]!
-    const saved = await handler.fetch(
-      new Request('http://x/api/storage/attach/demo/1', {
-        method: 'POST',
-        headers: { ...auth, 'content-type': 'application/json' },
-        body: JSON.stringify({ default: [{ savedName: tmp.name }] }),
-      }),
-    )
-    const body = (await saved.json()) as { success: boolean; attachList: Array<Record<string, any>> }
-    expect(saved.status, JSON.stringify(body)).toBe(200)
-    const file = body.attachList.at(-1)!
-    expect(file.displayName).toBe(name)
+    const file = await saveThroughHandler(handler, {
+      authorization: `Bearer ${signJwt('7', SECRET)}`,
+      refDomain: 'demo',
+      refKey: '1',
+      name,
+      bytes,
+    })
 
     const res = await handler.fetch(new Request(`http://x/assets/storage/attach/download/${file.id}`))
     expect(res.status).toBe(302)
