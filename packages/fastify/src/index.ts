@@ -50,7 +50,11 @@ export function fromWebHandler(fetch: FetchHandler, options: NodeBridgeOptions =
       releaseRequestBody(request.raw, reply.raw)
       for (const [name, value] of Object.entries(reply.getHeaders())) if (value !== undefined) reply.raw.setHeader(name, value)
       reply.hijack()
-      await options.fast!.serve(fast, request.raw, reply.raw, () => webRequest(request, reply, options))
+      try {
+        await options.fast!.serve(fast, request.raw, reply.raw, () => webRequest(request, reply, options))
+      } catch {
+        if (!reply.raw.destroyed) reply.raw.destroy()
+      }
       return reply
     }
     const response = WEB_METHODS.has(request.raw.method ?? 'GET') ? await fetch(webRequest(request, reply, options)) : methodNotServed()

@@ -63,7 +63,11 @@ function fastViewsOn(storage: AttachStorage): (c: HonoContext) => Promise<Respon
     c.res.headers.forEach((value, name) => {
       outgoing.setHeader(name, value)
     })
-    await views.serve(match, incoming, outgoing, () => c.req.raw)
+    try {
+      await views.serve(match, incoming, outgoing, () => c.req.raw)
+    } catch {
+      if (!outgoing.destroyed) outgoing.destroy()
+    }
     return new Response(null, { headers: { 'x-hono-already-sent': 'true' } })
   }
 }
