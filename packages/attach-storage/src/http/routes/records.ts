@@ -4,7 +4,6 @@ import { listResponse } from '../../list/list-query.js'
 import { AttachBagSchema } from '../../service/bag.js'
 import { commitBag } from '../../service/commit.js'
 import * as records from '../../service/records.js'
-import { badRequest } from '../../errors.js'
 import { cleanDisplayName, cleanText } from '../../service/names.js'
 import { jsonObject } from '../../validation.js'
 import { defineRoute, type Route } from '../router.js'
@@ -89,7 +88,6 @@ export const recordRoutes: Route[] = [
     path: 'attach',
     query: ListQuery,
     handle: async ({ query }, { ctx, access, url }) => {
-      if (query.refKeyList.length === 0) throw badRequest('refKeyList is required')
       const input = {
         refDomain: query.refDomain,
         refKeys: query.refKeyList,
