@@ -1,8 +1,9 @@
 /**
- * `attach-storage/testing`: helpers for testing stores: the conformance suite (needs `vitest`, a test-only
- * dependency) and a save through the handlers for end-to-end tests.
+ * `attach-storage/testing`: helpers for testing stores (they need `vitest`, a test-only dependency): the
+ * conformance suite, a save through the handlers, and the end-to-end check of `serve: redirect`.
  * @module
  */
 export { describeStoreConformance, generatedStream } from './stores/conformance.js'
 export type { StoreConformanceOptions, StoreConformanceSetup } from './stores/conformance.js'
 export { type SaveThroughHandlerOptions, saveThroughHandler } from './http/save-through-handler.js'
+export { expectRedirectServing, type RedirectServingOptions } from './stores/redirect-conformance.js'

@@ -17,7 +17,7 @@ import {
 } from '@azure/storage-blob'
 import { AttachStorageError, createAttachHandler, createAttachStorage, openDatabase, type Store } from 'attach-storage'
 import { startAzurite, type Azurite } from './test-azurite.js'
-import { describeStoreConformance, generatedStream, saveThroughHandler } from 'attach-storage/testing'
+import { describeStoreConformance, expectRedirectServing, generatedStream } from 'attach-storage/testing'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { AzureBlobStore, createStore } from './index.js'
 
@@ -810,40 +810,16 @@ describe('the whole service on Azure with serve: redirect (end to end)', () => {
   })
 
   it('upload, confirmed save, then download answers 302 to a SAS address that serves the file', async () => {
-    const handler = createAttachHandler(storage)
-    const name = '분기 보고서.pdf'
-    const bytes = Buffer.concat([Buffer.from('%PDF-1.4\n'), randomBytes(50_000)])
-    const file = await saveThroughHandler(handler, {
+    await expectRedirectServing({
+      handler: createAttachHandler(storage),
       authorization: `Bearer ${signJwt('7', SECRET)}`,
-      refDomain: 'demo',
-      refKey: '1',
-      name,
-      bytes,
+      checkAddress: (address, file) => {
+        expect(`${address.origin}${address.pathname}`).toBe(
+          `http://127.0.0.1:${azurite.port}/${ACCOUNT}/redirected/attach${file.savedDir}${file.savedName}`,
+        )
+        expect(Date.parse(address.searchParams.get('se')!) - Date.now()).toBeGreaterThan(115_000)
+      },
     })
-
-    const res = await handler.fetch(new Request(`http://x/assets/storage/attach/download/${file.id}`))
-    expect(res.status).toBe(302)
-    expect(res.headers.get('cache-control')).toBe('private, no-store')
-    const location = res.headers.get('location')!
-    const address = new URL(location)
-    expect(`${address.origin}${address.pathname}`).toBe(
-      `http://127.0.0.1:${azurite.port}/${ACCOUNT}/redirected/attach${file.savedDir}${file.savedName}`,
-    )
-    expect(Date.parse(address.searchParams.get('se')!) - Date.now()).toBeGreaterThan(115_000)
-
-    const direct = await fetch(location)
-    expect(direct.status).toBe(200)
-    expect(direct.headers.get('content-type')).toBe('application/pdf')
-    expect(direct.headers.get('content-disposition')).toBe(`attachment; filename="__ ___.pdf"; filename*=UTF-8''${rfc5987(name)}`)
-    expect(sha256(Buffer.from(await direct.arrayBuffer()))).toBe(sha256(bytes))
-
-    // A view is a 302 too, inline; the store answers its ranges itself.
-    const view = await handler.fetch(new Request(`http://x/assets/storage/attach/view/${file.id}`))
-    expect(view.status).toBe(302)
-    const ranged = await fetch(view.headers.get('location')!, { headers: { range: 'bytes=0-8' } })
-    expect(ranged.status).toBe(206)
-    expect(ranged.headers.get('content-disposition')).toMatch(/^inline; /)
-    expect(Buffer.from(await ranged.arrayBuffer()).toString()).toBe('%PDF-1.4\n')
   })
 })
 

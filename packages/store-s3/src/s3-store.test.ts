@@ -16,7 +16,7 @@ import {
   type S3ClientConfig,
 } from '@aws-sdk/client-s3'
 import { createAttachHandler, createAttachStorage, openDatabase, type Store } from 'attach-storage'
-import { describeStoreConformance, generatedStream, saveThroughHandler } from 'attach-storage/testing'
+import { describeStoreConformance, expectRedirectServing, generatedStream } from 'attach-storage/testing'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createStore, S3Store, type S3StoreOptions } from './index.js'
 import { fileExists, S3RVER_ACCESS_KEY, S3RVER_SECRET_KEY, startS3rver, type TestS3Server } from './test-server.js'
@@ -823,38 +823,15 @@ describe('attach-storage on S3 with serve: redirect (end to end)', () => {
   })
 
   it('upload, confirmed save, then download answers 302 to a presigned S3 address that serves the file', async () => {
-    const name = '분기 보고서.pdf'
-    const bytes = Buffer.concat([Buffer.from('%PDF-1.4\n'), randomBytes(50_000)])
-    const file = await saveThroughHandler(handler, {
+    await expectRedirectServing({
+      handler,
       authorization: `Bearer ${hs256Token(SECRET, '7')}`,
-      refDomain: 'demo',
-      refKey: '1',
-      name,
-      bytes,
+      checkAddress: (address, file) => {
+        expect(address.origin).toBe(s3.endpoint)
+        expect(address.pathname).toBe(`/${s3.bucket}/redirect${file.savedDir}${file.savedName}`)
+        expect(address.searchParams.get('X-Amz-Expires')).toBe('120')
+      },
     })
-
-    const res = await handler.fetch(new Request(`http://x/assets/storage/attach/download/${file.id}`))
-    expect(res.status).toBe(302)
-    expect(res.headers.get('cache-control')).toBe('private, no-store')
-    const location = res.headers.get('location')!
-    const address = new URL(location)
-    expect(address.origin).toBe(s3.endpoint)
-    expect(address.pathname).toBe(`/${s3.bucket}/redirect${file.savedDir}${file.savedName}`)
-    expect(address.searchParams.get('X-Amz-Expires')).toBe('120')
-
-    const direct = await fetch(location)
-    expect(direct.status).toBe(200)
-    expect(direct.headers.get('content-type')).toBe('application/pdf')
-    expect(direct.headers.get('content-disposition')).toBe(`attachment; filename="__ ___.pdf"; filename*=UTF-8''${rfc5987(name)}`)
-    expect(sha256(Buffer.from(await direct.arrayBuffer()))).toBe(sha256(bytes))
-
-    // A view is a 302 too, inline; the store answers its ranges itself.
-    const view = await handler.fetch(new Request(`http://x/assets/storage/attach/view/${file.id}`))
-    expect(view.status).toBe(302)
-    const ranged = await fetch(view.headers.get('location')!, { headers: { range: 'bytes=0-8' } })
-    expect(ranged.status).toBe(206)
-    expect(ranged.headers.get('content-disposition')).toMatch(/^inline; /)
-    expect(Buffer.from(await ranged.arrayBuffer()).toString()).toBe('%PDF-1.4\n')
   })
 })
 
