@@ -1,8 +1,8 @@
 /** The Web-standard handlers of a service: the two route groups, each a route table (routes/*.ts). */
 import { notFound, unauthorized } from '../errors.js'
 import { type AttachStorage, contextOf } from '../service/attach-storage.js'
-import { SIGNATURE_PARAMS } from '../service/signing.js'
-import type { AccessContext, AuthUser, ViewSignature } from '../service/types.js'
+import { signatureIn } from '../service/signing.js'
+import type { AccessContext, AuthUser } from '../service/types.js'
 import { errorResponse } from './respond.js'
 import { noRoute, type Route, Router, segmentsBelow } from './router.js'
 import { editorImageRoutes, editorUploadRoutes } from './routes/editor.js'
@@ -34,13 +34,6 @@ export const API_ROUTES: Route[] = [...uploadRoutes, ...editorUploadRoutes, ...r
 
 /** The binary group (`assets-prefix`): protected per category by the secure-access functions; HEAD is served as GET. */
 export const ASSET_ROUTES: Route[] = [...zipRoutes, ...editorImageRoutes, ...servingRoutes]
-
-/** The `exp` and `sig` of a signed view URL, when both are there. */
-function signatureOf(url: URL): ViewSignature | undefined {
-  const expires = url.searchParams.get(SIGNATURE_PARAMS.expires)
-  const signature = url.searchParams.get(SIGNATURE_PARAMS.signature)
-  return expires !== null && signature !== null ? { expires, signature } : undefined
-}
 
 /**
  * Builds the Web-standard handlers of a service. Mount `api` under `api-prefix` and `assets` under
@@ -87,7 +80,12 @@ export function createAttachHandler(storage: AttachStorage): AttachHandler {
   }
 
   const api = group(apiPrefix, apiRouter, async (request) => ({ user: await authenticate(request), request }), false)
-  const assets = group(assetsPrefix, assetRouter, async (request, url) => ({ user: null, request, signature: signatureOf(url) }), true)
+  const assets = group(
+    assetsPrefix,
+    assetRouter,
+    async (request, url) => ({ user: null, request, signature: signatureIn(url.searchParams) }),
+    true,
+  )
   const under = (pathname: string, prefix: string) => pathname === prefix || pathname.startsWith(`${prefix}/`)
 
   return {

@@ -1,6 +1,7 @@
 /** Answers of the HTTP layer: JSON, errors as `{code, message}`, and bounded JSON bodies. */
 import { AttachStorageError, badRequest, tooLarge } from '../errors.js'
 import type { Logger } from '../service/types.js'
+import type { FileAnswer } from './serve.js'
 
 /** The JSON body limit of the JSON group (AttachBags, record lists). */
 const JSON_LIMIT = 2 * 1024 * 1024
@@ -31,6 +32,19 @@ export function answeredError(err: unknown, logger: Logger): AttachStorageError 
   }
   logger.error('attach-storage: unexpected error', err)
   return new AttachStorageError('internal-error', 'An internal error occurred', { status: 500 })
+}
+
+/**
+ * An error's answer as status, headers and bytes, the same as `AttachStorageError.toResponse(headers)`:
+ * the error's own headers, then `headers`, then the JSON type, `nosniff` and `no-store` over them.
+ */
+export function errorAnswer(err: AttachStorageError, headers: Array<[string, string]> = []): FileAnswer {
+  const merged = new Map<string, string>(Object.entries(err.headers ?? {}).map(([k, val]) => [k.toLowerCase(), val]))
+  for (const [name, value] of headers) merged.set(name.toLowerCase(), value)
+  merged.set('content-type', 'application/json; charset=utf-8')
+  merged.set('x-content-type-options', 'nosniff')
+  merged.set('cache-control', 'no-store')
+  return { status: err.status, headers: [...merged], body: Buffer.from(JSON.stringify(err.toJSON())) }
 }
 
 /** Turns any error into its JSON answer; unexpected errors become a bare 500 (logged, never a stack). */

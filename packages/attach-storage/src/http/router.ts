@@ -123,7 +123,7 @@ function bind(pattern: string[], segments: string[]): Record<string, string | st
 }
 
 /** The query as an object of each name's first value (what `URLSearchParams.get` answers). */
-function firstValues(params: URLSearchParams): Record<string, string> {
+export function firstValues(params: URLSearchParams): Record<string, string> {
   const out: Record<string, string> = {}
   for (const [k, val] of params) if (!(k in out)) out[k] = val
   return out

@@ -1,5 +1,6 @@
 import { readAll } from '../stores/read-all.js'
 import { streamResponse } from './node-body.js'
+import { errorAnswer } from './respond.js'
 import { AttachStorageError } from '../errors.js'
 import { isActiveContent } from '../media/sniff.js'
 import type { ByteRange, Store } from '../stores/store.js'
@@ -106,17 +107,16 @@ export async function fileAnswer(request: AnswerRequest, target: ServeTarget, ac
     ['x-content-type-options', 'nosniff'],
     ['content-disposition', disposition],
   ]
-  const handOff = target.delivery?.mode === 'x-accel-redirect' || target.delivery?.mode === 'x-sendfile'
+  const delivery = target.delivery
+  const handOff = delivery?.mode === 'x-accel-redirect' || delivery?.mode === 'x-sendfile' ? delivery : undefined
   if (!handOff) headers.push(['accept-ranges', 'bytes'])
   if (active) headers.push(['content-security-policy', "default-src 'none'; sandbox"])
   const scope = target.private ? 'private' : 'public'
   headers.push(['cache-control', target.cache === 'immutable' ? `${scope}, max-age=31536000, immutable` : `${scope}, no-cache`])
-  if (target.delivery?.mode === 'x-accel-redirect' || target.delivery?.mode === 'x-sendfile') {
+  if (handOff) {
     // The server in front sends the file, with its own length, validators, Range and 304 answers.
     if (target.vary) headers.push(['vary', target.vary])
-    headers.push(
-      target.delivery.mode === 'x-accel-redirect' ? ['x-accel-redirect', target.delivery.uri] : ['x-sendfile', target.delivery.path],
-    )
+    headers.push(handOff.mode === 'x-accel-redirect' ? ['x-accel-redirect', handOff.uri] : ['x-sendfile', handOff.path])
     return { status: 200, headers }
   }
   if (target.etag) headers.push(['etag', quoteEtag(target.etag)])
@@ -147,14 +147,7 @@ export async function fileAnswer(request: AnswerRequest, target: ServeTarget, ac
     const r = parseRange(request.header('range'), target.fileSize)
     if (r === 'unsatisfiable') {
       const err = new AttachStorageError('range-not-satisfiable', 'The requested range is not satisfiable', { status: 416 })
-      const body = new TextEncoder().encode(JSON.stringify(err.toJSON()))
-      const refused = headers.filter(([name]) => name !== 'content-type' && name !== 'cache-control')
-      refused.push(
-        ['content-range', `bytes */${target.fileSize}`],
-        ['content-type', 'application/json; charset=utf-8'],
-        ['cache-control', 'no-store'],
-      )
-      return { status: 416, headers: refused, body }
+      return errorAnswer(err, [...headers, ['content-range', `bytes */${target.fileSize}`]])
     }
     range = r ?? undefined
   }

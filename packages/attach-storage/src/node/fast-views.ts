@@ -8,14 +8,14 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import { pipeline } from 'node:stream/promises'
-import type { AttachStorageError } from '../errors.js'
-import { answeredError } from '../http/respond.js'
+import { answeredError, errorAnswer } from '../http/respond.js'
+import { firstValues } from '../http/router.js'
 import { resizeOf } from '../http/routes/serving.js'
 import { ResizeQuerySchema } from '../http/routes/schemas.js'
 import { type FileAnswer, fileAnswer } from '../http/serve.js'
 import { type AttachStorage, contextOf } from '../service/attach-storage.js'
 import { resolveById } from '../service/serving.js'
-import { SIGNATURE_PARAMS } from '../service/signing.js'
+import { signatureIn } from '../service/signing.js'
 import type { AccessContext, Logger } from '../service/types.js'
 import { parseInput } from '../validation.js'
 
@@ -54,11 +54,7 @@ export function createFastViews(storage: AttachStorage): FastViews {
       let answer: FileAnswer
       try {
         const params = new URLSearchParams(match.query)
-        const first: Record<string, string> = {}
-        for (const [k, v] of params) if (!(k in first)) first[k] = v
-        const resize = resizeOf(parseInput(ResizeQuerySchema, first, 'query'), header(req, 'accept'))
-        const expires = first[SIGNATURE_PARAMS.expires]
-        const signature = first[SIGNATURE_PARAMS.signature]
+        const resize = resizeOf(parseInput(ResizeQuerySchema, firstValues(params), 'query'), header(req, 'accept'))
         let request: Request | undefined
         const access: AccessContext = {
           user: null,
@@ -66,7 +62,7 @@ export function createFastViews(storage: AttachStorage): FastViews {
             request ??= toRequest()
             return request
           },
-          signature: expires !== undefined && signature !== undefined ? { expires, signature } : undefined,
+          signature: signatureIn(params),
         }
         const target = await resolveById(contextOf(storage), { id: match.id, resize, lookOnly: req.method === 'HEAD' }, access)
         answer = await fileAnswer({ method: req.method ?? 'GET', header: (name) => header(req, name) }, target, match.action)
@@ -82,13 +78,6 @@ export function createFastViews(storage: AttachStorage): FastViews {
 function header(req: IncomingMessage, name: string): string | null {
   const v = req.headers[name]
   return v === undefined ? null : Array.isArray(v) ? (v[0] ?? null) : v
-}
-
-/** An error as a file answer: its JSON body and headers, as `AttachStorageError.toResponse()` gives them. */
-function errorAnswer(err: AttachStorageError): FileAnswer {
-  const headers: Array<[string, string]> = Object.entries(err.headers ?? {})
-  headers.push(['content-type', 'application/json; charset=utf-8'], ['x-content-type-options', 'nosniff'], ['cache-control', 'no-store'])
-  return { status: err.status, headers, body: Buffer.from(JSON.stringify(err.toJSON())) }
 }
 
 /** Writes an answer: the headers once, then nothing, the bytes in one piece, or the store's stream. */

@@ -4,6 +4,13 @@ import type { ViewSignature } from './types.js'
 /** Query parameters of a signed view URL. */
 export const SIGNATURE_PARAMS = { expires: 'exp', signature: 'sig' } as const
 
+/** The `exp` and `sig` of a view's query (first values), when both are there; unchecked. */
+export function signatureIn(params: URLSearchParams): ViewSignature | undefined {
+  const expires = params.get(SIGNATURE_PARAMS.expires)
+  const signature = params.get(SIGNATURE_PARAMS.signature)
+  return expires !== null && signature !== null ? { expires, signature } : undefined
+}
+
 /**
  * Signs and checks short-lived view URLs of guarded attachments: an HMAC-SHA256 over the record id and
  * an expiry (Unix seconds), so an `<img src>` of a private file works without a Bearer token in the URL.
