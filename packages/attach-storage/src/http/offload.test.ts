@@ -64,6 +64,18 @@ describe('serve: x-accel-redirect, through nginx', () => {
     expect(res.headers.get('x-accel-redirect')).toBeNull()
   })
 
+  it('lets nginx keep its connection to the server open across views (an empty body of known length)', async () => {
+    const direct = await kit.call(`${ASSETS}/attach/view/${id}`)
+    expect(direct.headers.get('content-length')).toBe('0')
+    const before = server.connections()
+    for (let i = 0; i < 20; i++) {
+      const res = await fetch(`${nginx.url}${ASSETS}/attach/view/${id}`)
+      expect(sha(new Uint8Array(await res.arrayBuffer()))).toBe(sha(bytes))
+    }
+    // One at a time, nginx (one worker) reuses the connection its first view opened.
+    expect(server.connections() - before).toBeLessThanOrEqual(1)
+  })
+
   it('keeps the download name (RFC 6266, UTF-8) and serves by reference too', async () => {
     const res = await fetch(`${nginx.url}${ASSETS}/attach/download/demo/1/default`)
     expect(res.status).toBe(200)

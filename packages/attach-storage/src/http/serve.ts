@@ -117,6 +117,9 @@ export async function fileAnswer(request: AnswerRequest, target: ServeTarget, ac
     // The server in front sends the file, with its own length, validators, Range and 304 answers.
     if (target.vary) headers.push(['vary', target.vary])
     headers.push(handOff.mode === 'x-accel-redirect' ? ['x-accel-redirect', handOff.uri] : ['x-sendfile', handOff.path])
+    // An empty body of known length (not a chunked one) lets nginx keep its connection to this server
+    // open for the next request: it reuses an upstream connection only when it has read the whole answer.
+    headers.push(['content-length', '0'])
     return { status: 200, headers }
   }
   if (target.etag) headers.push(['etag', quoteEtag(target.etag)])

@@ -179,6 +179,8 @@ proxy.server = ( "" => (( "host" => "127.0.0.1", "port" => ${options.upstreamPor
 export interface NodeUpstream {
   port: number
   url: string
+  /** Connections accepted so far (a front server that keeps its connections open reuses a few). */
+  connections(): number
   stop(): Promise<void>
 }
 
@@ -187,9 +189,14 @@ export async function serveOnNode(fetch: (request: Request) => Promise<Response>
   const server = createHttpServer(createNodeHandler(fetch, options))
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()))
   const { port } = server.address() as { port: number }
+  let accepted = 0
+  server.on('connection', () => {
+    accepted++
+  })
   return {
     port,
     url: `http://127.0.0.1:${port}`,
+    connections: () => accepted,
     stop: async () => {
       server.closeAllConnections()
       await new Promise<void>((r) => server.close(() => r()))
