@@ -9,12 +9,15 @@ import { connect, type AddressInfo, type Socket } from 'node:net'
 import { tmpdir } from 'node:os'
 import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
+import { Readable } from 'node:stream'
 import { serve } from '@hono/node-server'
+import { Hono } from 'hono'
+import { mountAttachStorage as mountHono } from '@attach-storage/hono'
 import express from 'express'
 import Fastify from 'fastify'
 import { SignJWT } from 'jose'
 import sharp from 'sharp'
-import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest'
 import { mountAttachStorage } from '@attach-storage/express'
 import { attachStorage } from '@attach-storage/fastify'
 import type { Reference } from '@attach-storage/example-reference'
@@ -863,6 +866,68 @@ describe('host middleware around the adapters', () => {
     } finally {
       server.closeAllConnections()
       await new Promise((r) => server.close(r))
+    }
+  })
+
+  it("Hono on @hono/node-server: an upload streams from Node's own request, or from the Web body once a middleware touched it, the same bytes either way", async () => {
+    const bytes = Buffer.alloc(700 * 1024)
+    for (let i = 0; i < bytes.length; i++) bytes[i] = (i * 31 + (i >> 9)) & 255
+    const toWeb = vi.spyOn(Readable, 'toWeb')
+    const app = new Hono()
+    mountHono(app, srv.ref.storage)
+    const server = serve({ fetch: app.fetch, port: 0, hostname: '127.0.0.1' }) as Server
+    const base = `http://127.0.0.1:${await listening(server)}`
+    const upload = async (url: string) => {
+      const fd = new FormData()
+      fd.set('refDomain', 'demo')
+      fd.set('file', new Blob([bytes]), 'n.bin')
+      const up = await fetch(url, { method: 'POST', body: fd, headers: auth })
+      expect(up.status).toBe(200)
+      const [file] = (await up.json()).files
+      expect(file.size).toBe(bytes.length)
+      return file.name as string
+    }
+    try {
+      toWeb.mockClear()
+      const name = await upload(`${base}/api/storage/attach/tmp`)
+      expect(toWeb).not.toHaveBeenCalled()
+      const saved = await fetch(`${base}/api/storage/attach/demo/hono-node-body`, {
+        method: 'POST',
+        body: JSON.stringify({ default: [{ savedName: name }] }),
+        headers: { ...auth, 'content-type': 'application/json' },
+      })
+      const rec = (await saved.json()).attachList[0]
+      expect(Buffer.from(await (await fetch(base + rec.url)).arrayBuffer()).equals(bytes)).toBe(true)
+      await abandonUpload(await listening(server), auth.authorization.slice(7), join(srv.dataDir, 'tmp'))
+    } finally {
+      server.closeAllConnections()
+      await new Promise((r) => server.close(r))
+    }
+    // The same mount behind a host middleware that made the Web Request (its signal) first: the body is
+    // then read through it, never taken from under it.
+    const outer = new Hono()
+    outer.use('*', async (c, next) => {
+      void c.req.raw.signal
+      await next()
+    })
+    mountHono(outer, srv.ref.storage)
+    const server2 = serve({ fetch: outer.fetch, port: 0, hostname: '127.0.0.1' }) as Server
+    const base2 = `http://127.0.0.1:${await listening(server2)}`
+    try {
+      toWeb.mockClear()
+      const name = await upload(`${base2}/api/storage/attach/tmp`)
+      expect(toWeb).toHaveBeenCalled()
+      const saved = await fetch(`${base2}/api/storage/attach/demo/hono-web-body`, {
+        method: 'POST',
+        body: JSON.stringify({ default: [{ savedName: name }] }),
+        headers: { ...auth, 'content-type': 'application/json' },
+      })
+      const rec = (await saved.json()).attachList[0]
+      expect(Buffer.from(await (await fetch(base2 + rec.url)).arrayBuffer()).equals(bytes)).toBe(true)
+    } finally {
+      toWeb.mockRestore()
+      server2.closeAllConnections()
+      await new Promise((r) => server2.close(r))
     }
   })
 

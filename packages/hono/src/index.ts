@@ -23,7 +23,9 @@ export function mountAttachStorage(app: Hono<any, any, any>, storage: AttachStor
   const handler = createAttachHandler(storage)
   const { apiPrefix, assetsPrefix } = storage.config
   const serve = (fetch: (request: Request) => Promise<Response>) => (c: HonoContext) =>
-    WEB_METHODS.has(c.req.method) ? fetch(c.req.raw) : new AttachStorageError('not-found', 'No such route', { status: 404 }).toResponse()
+    WEB_METHODS.has(c.req.method)
+      ? fetch(withNodeBody(c))
+      : new AttachStorageError('not-found', 'No such route', { status: 404 }).toResponse()
   const assets = serve(handler.assets)
   const fast = fastViewsOn(storage)
   app.all(apiPrefix, serve(handler.api))
@@ -38,6 +40,29 @@ interface HonoContext {
   req: { method: string; raw: Request }
   res: Response
   env?: { incoming?: IncomingMessage; outgoing?: ServerResponse }
+}
+
+/** The key under which a Request made from a Node request offers its body as the Node stream (`NODE_REQUEST_BODY` of `attach-storage/node`). */
+const NODE_REQUEST_BODY = Symbol.for('attach-storage.node-request-body')
+
+/**
+ * Under @hono/node-server, the request is offered to the handlers with its body as Node's own stream as
+ * well (`NODE_REQUEST_BODY` of `attach-storage/node`), taken only while nothing read the body (no
+ * middleware, no Web body): an upload then crosses no Web stream. Elsewhere the request is unchanged.
+ */
+function withNodeBody(c: HonoContext): Request {
+  const request = c.req.raw
+  const incoming = c.env?.incoming
+  if (!incoming || typeof incoming.listenerCount !== 'function' || c.req.method === 'GET' || c.req.method === 'HEAD') return request
+  let taken = false
+  const take = () => {
+    if (taken || incoming.readableDidRead || incoming.readableEnded || incoming.destroyed || incoming.listenerCount('data') > 0)
+      return undefined
+    taken = true
+    return incoming
+  }
+  Object.defineProperty(request, NODE_REQUEST_BODY, { value: { take }, configurable: true })
+  return request
 }
 
 /**
@@ -68,6 +93,12 @@ function fastViewsOn(storage: AttachStorage): (c: HonoContext) => Promise<Respon
     } catch {
       if (!outgoing.destroyed) outgoing.destroy()
     }
-    return new Response(null, { headers: { 'x-hono-already-sent': 'true' } })
+    return ALREADY_SENT
   }
 }
+
+/**
+ * What @hono/node-server takes for "the answer was written on Node's response"; one for every view (Hono
+ * copies an answer it is given into a new one, so this one is never changed).
+ */
+const ALREADY_SENT = new Response(null, { headers: { 'x-hono-already-sent': 'true' } })

@@ -3,6 +3,7 @@ import { Readable, Transform, type TransformCallback } from 'node:stream'
 import { Busboy, type BusboyFileStream } from '@fastify/busboy'
 import { AttachStorageError, badRequest, tooLarge } from '../errors.js'
 import type { AttachStorage, ReceivedFile } from '../service/attach-storage.js'
+import { nodeRequestBodyOf } from './node-body.js'
 
 /** What a multipart upload request carried: text fields and the files streamed into the temporary area. */
 export interface ReceivedUpload {
@@ -64,7 +65,11 @@ export async function receiveMultipart(
   if (Number.isFinite(declared) && declared > maxRequest) {
     throw tooLarge(`The request is larger than the limit of ${maxRequest} bytes`)
   }
-  if (!request.body) throw badRequest('The request has no body', 'no-file')
+  // On Node, the request's own stream when nothing of it was read yet; else its Web body. (Nothing
+  // else of the request is touched while it is read: on @hono/node-server, its `signal` would make
+  // the Web Request, whose body starts reading the same stream.)
+  const node = nodeRequestBodyOf(request)
+  if (!node && !request.body) throw badRequest('The request has no body', 'no-file')
 
   const fields: Record<string, string> = {}
   // One slot per file part, in request order, filled as each file finishes.
@@ -72,7 +77,12 @@ export async function receiveMultipart(
   const pending: Array<Promise<unknown>> = []
   const abort = new AbortController()
   const onClientAbort = () => abort.abort(new AttachStorageError('aborted', 'The client went away', { status: 400 }))
-  request.signal?.addEventListener('abort', onClientAbort, { once: true })
+  // The client going away: the Node stream closes before its end, or the Web request's signal aborts.
+  const onNodeClose = () => {
+    if (!node?.readableEnded) onClientAbort()
+  }
+  if (node) node.once('close', onNodeClose)
+  else request.signal?.addEventListener('abort', onClientAbort, { once: true })
 
   let failure: unknown
   const fail = (err: unknown) => {
@@ -98,7 +108,7 @@ export async function receiveMultipart(
   }
   drainSkippedParts(bb)
 
-  const body = Readable.fromWeb(request.body as import('node:stream/web').ReadableStream<Uint8Array>)
+  const body = node ?? Readable.fromWeb(request.body as import('node:stream/web').ReadableStream<Uint8Array>)
   const limit = new ByteLimit(maxRequest)
 
   const done = new Promise<void>((resolve) => {
@@ -145,14 +155,18 @@ export async function receiveMultipart(
       resolve()
     })
     abort.signal.addEventListener('abort', () => {
-      body.destroy()
+      // A Node request's stream is only let go of: its adapter discards or cuts the rest after the
+      // answer, which destroying it here would cut off.
+      if (node) node.unpipe(limit)
+      else body.destroy()
       resolve()
     })
   })
   body.pipe(limit).pipe(bb)
   await done
   await Promise.allSettled(pending)
-  request.signal?.removeEventListener('abort', onClientAbort)
+  if (node) node.off('close', onNodeClose)
+  else request.signal?.removeEventListener('abort', onClientAbort)
   const files = slots.filter((f): f is { field: string; file: ReceivedFile } => f !== undefined)
   // Files that finished before another part failed are in `files`; a failure removes them all.
   if (failure) {

@@ -41,6 +41,37 @@ export function nodeBodyOf(response: Response): Readable | undefined {
   return (response as unknown as Record<symbol, Readable | undefined>)[NODE_BODY]
 }
 
+/**
+ * A Request made from a Node request may carry, under this key, a way to take its body as the Node
+ * stream itself (see {@link nodeRequestBodyOf}). The Node bridge and the Hono adapter on
+ * @hono/node-server set it; a reader of a large body (the multipart upload) takes it, so the bytes
+ * cross no Web stream on Node.
+ */
+export const NODE_REQUEST_BODY = Symbol.for('attach-storage.node-request-body')
+
+/** What a Request made from a Node request carries under {@link NODE_REQUEST_BODY}. */
+export interface NodeRequestBody {
+  /**
+   * The Node stream of the body, when nothing of it was read yet; from then on the Web body of the
+   * Request must not be read (it fails or is empty). Undefined when the body was already started, or
+   * taken. The taker never destroys it (that would cut the connection before the answer): it stops
+   * reading, and the adapter lets go of the rest after the answer, as for any body left unread.
+   */
+  take(): Readable | undefined
+}
+
+/** The Node stream of a request's body, taken (see {@link NODE_REQUEST_BODY}), or undefined: read `request.body`. */
+export function nodeRequestBodyOf(request: Request): Readable | undefined {
+  const carrier = (request as unknown as Record<symbol, NodeRequestBody | undefined>)[NODE_REQUEST_BODY]
+  return carrier?.take()
+}
+
+/** Marks a Request as made from a Node request whose body `take` hands over (see {@link NODE_REQUEST_BODY}). */
+export function carryNodeRequestBody(request: Request, take: () => Readable | undefined): Request {
+  Object.defineProperty(request, NODE_REQUEST_BODY, { value: { take } satisfies NodeRequestBody, configurable: true })
+  return request
+}
+
 /** The next chunk of a Node stream, or null at its end. */
 function nextChunk(stream: Readable): Promise<Uint8Array | null> {
   return new Promise((resolve, reject) => {

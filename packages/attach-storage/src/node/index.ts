@@ -14,7 +14,7 @@ import type { IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:
 import type { Duplex, Readable } from 'node:stream'
 import { pipeline } from 'node:stream/promises'
 import { AttachStorageError, badRequest, notFound, type AttachErrorCode } from '../errors.js'
-import { nodeBodyOf } from '../http/node-body.js'
+import { carryNodeRequestBody, nodeBodyOf } from '../http/node-body.js'
 import type { FastViews } from './fast-views.js'
 
 /** Options shared by every entry point of the bridge. */
@@ -100,15 +100,34 @@ interface BodyState {
 }
 const bodies = new WeakMap<IncomingMessage, BodyState>()
 
-/** A Web stream reading a Node stream as the consumer pulls, pausing the source in between. */
-function streamFrom(source: Readable, owner?: IncomingMessage): ReadableStream<Uint8Array> {
+/**
+ * A Web stream reading a Node stream as the consumer pulls, pausing the source in between; and `take`,
+ * which hands the Node stream itself to a reader instead while the Web stream has not been read (it
+ * then fails if read).
+ */
+function streamFrom(source: Readable, owner?: IncomingMessage): { stream: ReadableStream<Uint8Array>; take: () => Readable | undefined } {
   let onData: (chunk: Buffer | string) => void
   let detach = () => {}
+  let pulled = false
+  let taken = false
+  let web: ReadableStreamDefaultController<Uint8Array> | undefined
   const state: BodyState = { received: 0, release: () => {} }
   if (owner) bodies.set(owner, state)
-  return new ReadableStream<Uint8Array>(
+  const take = (): Readable | undefined => {
+    if (pulled || taken || state.received > 0 || source.readableEnded || source.destroyed) return undefined
+    taken = true
+    detach()
+    try {
+      web?.error(new AttachStorageError('aborted', 'The request body was taken as a Node stream', { status: 400 }))
+    } catch {
+      // already closed
+    }
+    return source
+  }
+  const stream = new ReadableStream<Uint8Array>(
     {
       start(controller) {
+        web = controller
         let settled = false
         const settle = (fn: () => void) => {
           if (settled) return
@@ -150,9 +169,12 @@ function streamFrom(source: Readable, owner?: IncomingMessage): ReadableStream<U
         source.pause()
       },
       pull() {
+        if (taken) return
+        pulled = true
         source.resume()
       },
       cancel() {
+        if (taken) return
         // The handler stopped reading (an early 4xx): discard the rest so the answer can still be read
         // by the client, as Node does for a body nobody reads.
         detach()
@@ -162,6 +184,7 @@ function streamFrom(source: Readable, owner?: IncomingMessage): ReadableStream<U
     },
     { highWaterMark: BODY_HIGH_WATER_MARK, size: (chunk) => chunk.byteLength },
   )
+  return { stream, take }
 }
 
 function formEncode(value: unknown, key: string, out: URLSearchParams): void {
@@ -221,19 +244,24 @@ export function toWebRequest(req: IncomingMessage, res?: ServerResponse, options
   }
 
   let body: BodyInit | null = null
+  let take: (() => Readable | undefined) | undefined
   if (method !== 'GET' && method !== 'HEAD') {
     const parsed = (req as { body?: unknown }).body
     const consumed = req.readableEnded || (req as { _body?: unknown })._body === true
-    if (options.body) body = streamFrom(options.body, req)
-    else if (consumed && parsed !== undefined && headers.get('content-length') !== '0') {
+    const streamed = options.body ? streamFrom(options.body, req) : !consumed ? streamFrom(req, req) : undefined
+    if (streamed) {
+      body = streamed.stream
+      take = streamed.take
+    } else if (consumed && parsed !== undefined && headers.get('content-length') !== '0') {
       const bytes = encodeParsed(parsed, headers.get('content-type') ?? '')
       headers.delete('transfer-encoding')
       headers.delete('content-encoding')
       headers.set('content-length', String(typeof bytes === 'string' ? Buffer.byteLength(bytes) : bytes.byteLength))
       body = bytes as BodyInit
-    } else if (!consumed) body = streamFrom(req, req)
+    }
   }
-  return new Request(url, { method, headers, body, signal: controller.signal, duplex: 'half' } as RequestInit)
+  const request = new Request(url, { method, headers, body, signal: controller.signal, duplex: 'half' } as RequestInit)
+  return take ? carryNodeRequestBody(request, take) : request
 }
 
 /**
@@ -339,7 +367,7 @@ function drained(res: ServerResponse): Promise<boolean> {
 /** Bodies with a Content-Length up to this size are written at once. */
 const SMALL_RESPONSE = 256 * 1024
 
-export { NODE_BODY, nodeBodyOf } from '../http/node-body.js'
+export { NODE_BODY, NODE_REQUEST_BODY, nodeBodyOf, nodeRequestBodyOf, type NodeRequestBody } from '../http/node-body.js'
 export { createFastViews, type FastViewMatch, type FastViews } from './fast-views.js'
 
 /**

@@ -1,9 +1,11 @@
 /**
  * The Node bridge through real `node:http` servers and raw sockets.
  */
+import { createHash } from 'node:crypto'
 import { createServer, request as httpRequest, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
 import { connect, type AddressInfo, type Socket } from 'node:net'
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
+import { nodeRequestBodyOf } from '../http/node-body.js'
 import { makeKit, token, type Kit } from '../http/test-kit.js'
 import { AttachStorageError } from '../errors.js'
 import {
@@ -305,6 +307,73 @@ describe('toWebRequest without a response', () => {
     })
     // Either the head never made it or the body is cut short: never a complete-looking answer.
     await expect(fetch(base).then((r) => r.text())).rejects.toThrow()
+  })
+})
+
+describe("the request body as Node's own stream", () => {
+  const big = Buffer.alloc(3 * 1024 * 1024 + 17, 7)
+  const post = (base: string, body: Buffer) =>
+    fetch(base, { method: 'POST', body: new Uint8Array(body) }).then(async (r) => [r.status, await r.text()])
+
+  it('is offered once, while nothing of the Web body was read, with every byte; the Web body then fails', async () => {
+    const { base } = await listen(
+      createNodeHandler(async (request) => {
+        const node = nodeRequestBodyOf(request)
+        if (!node) return new Response('no stream', { status: 500 })
+        const again = nodeRequestBodyOf(request)
+        let size = 0
+        const hash = createHash('sha256')
+        for await (const chunk of node) {
+          size += (chunk as Buffer).length
+          hash.update(chunk as Buffer)
+        }
+        const web = await request.text().then(
+          () => 'read',
+          () => 'failed',
+        )
+        return new Response(`${size} ${hash.digest('hex')} ${again === undefined} ${web}`)
+      }),
+    )
+    expect(await post(base, big)).toEqual([200, `${big.length} ${createHash('sha256').update(big).digest('hex')} true failed`])
+  })
+
+  it('is not offered once the Web body was started, which then reads to the end', async () => {
+    const { base } = await listen(
+      createNodeHandler(async (request) => {
+        const reader = request.body!.getReader()
+        const first = await reader.read()
+        let size = first.value?.byteLength ?? 0
+        const node = nodeRequestBodyOf(request)
+        for (;;) {
+          const { done, value } = await reader.read()
+          if (done) break
+          size += value.byteLength
+        }
+        return new Response(`${size} ${node === undefined}`)
+      }),
+    )
+    expect(await post(base, big)).toEqual([200, `${big.length} true`])
+  })
+
+  it('is not offered for a body a host parser already read, nor for GET', async () => {
+    const seen: unknown[] = []
+    const { base } = await listen((req, res) => {
+      const parsed = req.method === 'POST'
+      if (parsed) {
+        ;(req as { body?: unknown }).body = { a: 1 }
+        req.resume()
+        req.on('end', () => {
+          seen.push(nodeRequestBodyOf(toWebRequest(req, res)))
+          res.end('ok')
+        })
+      } else {
+        seen.push(nodeRequestBodyOf(toWebRequest(req, res)))
+        res.end('ok')
+      }
+    })
+    await fetch(base)
+    await fetch(base, { method: 'POST', body: '{"a":1}', headers: { 'content-type': 'application/json' } })
+    expect(seen).toEqual([undefined, undefined])
   })
 })
 
