@@ -1,4 +1,5 @@
 import { type CompiledQuery, type Kysely, type Selectable, type Transaction, sql } from 'kysely'
+import { type DirectRead, directReadOf } from './database.js'
 import { badRequest } from '../errors.js'
 import { type ListProvider, type ListRequest, type ListResult, runList } from '../list/list-query.js'
 import type { AttachmentRecord, BlobRecord, UserId } from '../model.js'
@@ -120,10 +121,13 @@ export class AttachRepository {
   readonly #dialect: DialectName
 
   #findByIdQuery: CompiledQuery<FileRow> | undefined
+  /** SQLite: the record read of a view at once when the connection is free (see {@link DirectRead}). */
+  readonly #directRead: DirectRead | undefined
 
   constructor(db: Kysely<any>) {
     this.#db = db as Db
     this.#dialect = dialectOf(db)
+    this.#directRead = directReadOf(db)
   }
 
   /** The dialect of the underlying database. */
@@ -293,7 +297,10 @@ export class AttachRepository {
     if (!isId(id)) return null
     // The hot path of every view by id: the query is compiled once, only its parameters change.
     this.#findByIdQuery ??= this.#db.selectFrom(FILE_TABLE).selectAll().where('id', '=', 0).where('deleted', '=', 0).compile()
-    const { rows } = await this.#db.executeQuery<FileRow>({ ...this.#findByIdQuery, parameters: [id, 0] })
+    const parameters = [id, 0]
+    const rows =
+      (this.#directRead?.(this.#findByIdQuery.sql, parameters) as FileRow[] | undefined) ??
+      (await this.#db.executeQuery<FileRow>({ ...this.#findByIdQuery, parameters })).rows
     const row = rows[0]
     return row ? mapRecord(row) : null
   }

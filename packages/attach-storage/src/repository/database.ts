@@ -179,7 +179,35 @@ async function openSqlite(file: string): Promise<Kysely<any>> {
   database.exec('PRAGMA synchronous = FULL')
   database.exec('PRAGMA busy_timeout = 5000')
   database.exec('PRAGMA foreign_keys = ON')
-  return new Kysely<any>({ dialect: new SqliteDialect({ database: withStatementCache(database) }) })
+  const cached = withStatementCache(database)
+  const db = new Kysely<any>({ dialect: new SqliteDialect({ database: cached }) })
+  directReads.set(db, (sql, parameters) => {
+    // Inside a transaction another query holds the connection (and its uncommitted rows): wait for it.
+    if (database.inTransaction) return undefined
+    try {
+      return cached.prepare(sql).all(parameters) as Array<Record<string, unknown>>
+    } catch (err) {
+      // better-sqlite3 while a streamed query is open on the connection: wait for it too.
+      if (err instanceof TypeError && /busy/i.test(err.message)) return undefined
+      throw err
+    }
+  })
+  return db
+}
+
+/**
+ * Runs a compiled read at once on a SQLite database, on its kept statement, when no other query holds
+ * the connection (no transaction, no streamed query open); otherwise answers undefined and the caller
+ * goes through Kysely, which queues it. SQLite's calls are synchronous, so such a read sees exactly the
+ * committed rows, as a queued one would, without the queue's turns.
+ */
+export type DirectRead = (sql: string, parameters: readonly unknown[]) => Array<Record<string, unknown>> | undefined
+
+const directReads = new WeakMap<Kysely<any>, DirectRead>()
+
+/** The {@link DirectRead} of a database opened by {@link openDatabase} on SQLite; undefined on the others. */
+export function directReadOf(db: Kysely<any>): DirectRead | undefined {
+  return directReads.get(db)
 }
 
 /** Most prepared statements kept per SQLite database (least recently used first out). */

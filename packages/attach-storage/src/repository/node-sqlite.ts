@@ -21,6 +21,7 @@ export interface NodeSqliteModule {
 }
 
 interface NodeSqliteDatabase {
+  readonly isTransaction: boolean
   exec(sql: string): void
   prepare(sql: string): NodeSqliteStatement
   close(): void
@@ -83,6 +84,11 @@ export class NodeSqliteDatabaseAdapter implements SqliteDatabase {
 
   exec(sql: string): void {
     this.#database.exec(sql)
+  }
+
+  /** Whether a transaction is open (better-sqlite3's `inTransaction`). */
+  get inTransaction(): boolean {
+    return this.#database.isTransaction
   }
 
   prepare(sql: string): SqliteStatement {

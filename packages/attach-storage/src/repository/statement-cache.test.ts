@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { sql } from 'kysely'
 import { describe, expect, it } from 'vitest'
-import { openDatabase, withStatementCache } from './database.js'
+import { directReadOf, openDatabase, withStatementCache } from './database.js'
 
 describe('SQLite prepared statements kept by SQL text', () => {
   it('prepares a query once, hands the same statement out again, and keeps at most `size`, least recently used out', () => {
@@ -42,6 +42,39 @@ describe('SQLite prepared statements kept by SQL text', () => {
       for await (const row of db.selectFrom('t').select('a').where('a', '<', 3).orderBy('a').stream()) streamed.push(row.a as number)
       expect(streamed).toEqual([0, 1, 2])
       expect(await db.selectFrom('t').select(db.fn.countAll().as('n')).executeTakeFirst()).toEqual({ n: 300 })
+    } finally {
+      await db.destroy()
+      await rm(dir, { recursive: true, force: true })
+    }
+  })
+
+  it('reads at once only while no other query holds the connection: never an uncommitted row, never beside a streamed query', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'attach-direct-'))
+    const db = await openDatabase({ type: 'sqlite', file: join(dir, 'a.db') })
+    const read = directReadOf(db)!
+    const query = 'select a from t where a = ?'
+    try {
+      await sql`create table t (a integer)`.execute(db)
+      await db.insertInto('t').values({ a: 1 }).execute()
+      expect(read(query, [1])).toEqual([{ a: 1 }])
+      expect(read(query, [2])).toEqual([])
+      // A transaction holds the connection: its row is not read from outside, the read waits its turn.
+      let inside: unknown = 'not read'
+      await db.transaction().execute(async (trx) => {
+        await trx.insertInto('t').values({ a: 2 }).execute()
+        inside = read(query, [2])
+      })
+      expect(inside).toBeUndefined()
+      expect(read(query, [2])).toEqual([{ a: 2 }])
+      // A streamed query open on the connection: the read steps aside instead of failing.
+      const seen: unknown[] = []
+      for await (const row of db.selectFrom('t').select('a').orderBy('a').stream()) {
+        seen.push(row.a)
+        const r = read(query, [1])
+        // better-sqlite3 refuses a second query while one streams; node:sqlite allows it.
+        expect(r === undefined || (r.length === 1 && r[0]!.a === 1)).toBe(true)
+      }
+      expect(seen).toEqual([1, 2])
     } finally {
       await db.destroy()
       await rm(dir, { recursive: true, force: true })
