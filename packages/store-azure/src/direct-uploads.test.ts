@@ -83,6 +83,7 @@ describe('direct-to-cloud uploads through the service on Azure', () => {
   let dir: string
   let db: Awaited<ReturnType<typeof openDatabase>>
   let storage: Awaited<ReturnType<typeof createAttachStorage>>
+  let clock = 0
   let inside: AzureBlobStore
 
   beforeAll(async () => {
@@ -101,6 +102,7 @@ describe('direct-to-cloud uploads through the service on Azure', () => {
       db,
       jwt: { secret: SECRET },
       logger: { info: () => {}, warn: () => {}, error: () => {} },
+      now: () => new Date(Date.now() + clock),
     })
     inside = new AzureBlobStore('inside', settings)
   })
@@ -118,6 +120,10 @@ describe('direct-to-cloud uploads through the service on Azure', () => {
       otherAuthorization: `Bearer ${signJwt('8', SECRET)}`,
       maxFileSize: 256 * 1024,
       lengthSignedByStore: false,
+      expire: async () => {
+        clock = 25 * 3600_000
+        await storage.sweep()
+      },
       keys: async () => {
         const out: string[] = []
         for await (const e of inside.list('')) out.push(e.key)

@@ -73,6 +73,7 @@ describe('direct-to-cloud uploads through the service on S3', () => {
   let dir: string
   let db: Awaited<ReturnType<typeof openDatabase>>
   let storage: Awaited<ReturnType<typeof createAttachStorage>>
+  let clock = 0
   let inside: S3Store
 
   beforeAll(async () => {
@@ -91,6 +92,7 @@ describe('direct-to-cloud uploads through the service on S3', () => {
       db,
       jwt: { secret: SECRET },
       logger: { info: () => {}, warn: () => {}, error: () => {} },
+      now: () => new Date(Date.now() + clock),
     })
     inside = new S3Store('inside', settings as unknown as S3StoreOptions)
   })
@@ -108,6 +110,10 @@ describe('direct-to-cloud uploads through the service on S3', () => {
       otherAuthorization: `Bearer ${signJwt('8', SECRET)}`,
       maxFileSize: 256 * 1024,
       lengthSignedByStore: true,
+      expire: async () => {
+        clock = 25 * 3600_000
+        await storage.sweep()
+      },
       keys: async () => {
         const out: string[] = []
         for await (const e of inside.list('')) out.push(e.key)

@@ -23,6 +23,8 @@ export interface DirectUploadsOptions {
    * it takes it and the commit refuses it (Azure).
    */
   lengthSignedByStore: boolean
+  /** Moves the service's clock past `tmp-ttl` and runs its sweep (`storage.sweep()`); checked last. */
+  expire(): Promise<void>
   /** @default 'demo' */
   refDomain?: string
 }
@@ -38,7 +40,7 @@ const PNG = Buffer.from('iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR
  * `savedName` becomes a record whose name, size, type and sha256 come from the service; a presigned
  * object that is missing, longer than declared, of a refused type, committed by another user, or named
  * with `..` fails its entry with the right code and leaves nothing; a size above the limit answers 413
- * at presign; bad bodies answer 400 naming the field.
+ * at presign; bad bodies answer 400 naming the field; unclaimed uploads go with the sweep.
  */
 export async function expectDirectUploads(options: DirectUploadsOptions): Promise<void> {
   const { handler, authorization, otherAuthorization, maxFileSize, refDomain = 'demo' } = options
@@ -153,4 +155,14 @@ export async function expectDirectUploads(options: DirectUploadsOptions): Promis
     new Request('http://x/api/storage/attach/presign', { method: 'POST', body: JSON.stringify({ refDomain, fileName: 'a', size: 1 }) }),
   )
   expect(anonymous.status).toBe(401)
+
+  // Unclaimed uploads, sent or not, expire with the sweep: nothing is left, and they cannot be committed.
+  const unclaimed = [await presign({ fileName: 'sent.txt', size: 4 }), await presign({ fileName: 'unsent.txt', size: 4 })]
+  expect((await send(unclaimed[0]!, Buffer.from('sent'))).ok).toBe(true)
+  expect(await leftFor(unclaimed[0]!.name)).toHaveLength(2)
+  await options.expire()
+  for (const u of unclaimed) {
+    expect(await leftFor(u.name)).toEqual([])
+    await failed('5', 'default', { savedName: u.name }, 'not-found')
+  }
 }
