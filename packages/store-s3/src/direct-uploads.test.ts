@@ -3,9 +3,9 @@
  * nothing else; and the whole direct-to-cloud flow of the service with this store as its temporary store.
  */
 import { createHmac, randomBytes } from 'node:crypto'
-import { mkdtemp, readFile, rm } from 'node:fs/promises'
+import { mkdtemp, readdir, readFile, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
-import { join } from 'node:path'
+import { join, relative } from 'node:path'
 import { createAttachHandler, createAttachStorage, openDatabase } from 'attach-storage'
 import { expectDirectUploads } from 'attach-storage/testing'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
@@ -68,60 +68,69 @@ describe('S3Store presignPut on s3rver', () => {
   })
 })
 
-describe('direct-to-cloud uploads through the service on S3', () => {
-  const SECRET = 'a-test-secret-of-32-characters!!'
-  let dir: string
-  let db: Awaited<ReturnType<typeof openDatabase>>
-  let storage: Awaited<ReturnType<typeof createAttachStorage>>
-  let clock = 0
-  let inside: S3Store
+/** The temporary store on S3 (presigned uploads land there too), or local with S3 as `presign-store` only. */
+const LAYOUTS: Array<[string, Record<string, unknown>]> = [
+  ['S3 as the temporary store', { defaultStore: 's3', tmpStore: 's3' }],
+  ['S3 as presign-store, temporary and saved files on the local disk', { presignStore: 's3' }],
+]
 
-  beforeAll(async () => {
-    dir = await mkdtemp(join(tmpdir(), 'attach-s3-direct-'))
-    db = await openDatabase({ type: 'sqlite', file: join(dir, 'attach.db') })
-    const settings = { ...s3.settings, prefix: 'svc/' }
-    storage = await createAttachStorage({
-      config: {
-        directory: { baseDir: join(dir, 'files'), tmpDir: join(dir, 'tmp') },
-        defaultStore: 's3',
-        tmpStore: 's3',
-        stores: { s3: settings },
-        upload: { maxFileSize: 256 * 1024 },
-        domains: { demo: { categories: { default: {}, image: { filters: ['image'] } } } },
-      },
-      db,
-      jwt: { secret: SECRET },
-      logger: { info: () => {}, warn: () => {}, error: () => {} },
-      now: () => new Date(Date.now() + clock),
-    })
-    inside = new S3Store('inside', settings as unknown as S3StoreOptions)
-  })
-  afterAll(async () => {
-    await inside?.close()
-    await storage?.close()
-    await db?.destroy()
-    if (dir) await rm(dir, { recursive: true, force: true })
-  })
+for (const [layout, stores] of LAYOUTS) {
+  describe(`direct-to-cloud uploads through the service: ${layout}`, () => {
+    const SECRET = 'a-test-secret-of-32-characters!!'
+    let dir: string
+    let db: Awaited<ReturnType<typeof openDatabase>>
+    let storage: Awaited<ReturnType<typeof createAttachStorage>>
+    let clock = 0
+    let inside: S3Store
 
-  it('presign, a fetch PUT, then commit; every bad upload fails its entry and leaves nothing', async () => {
-    await expectDirectUploads({
-      handler: createAttachHandler(storage),
-      authorization: `Bearer ${signJwt('7', SECRET)}`,
-      otherAuthorization: `Bearer ${signJwt('8', SECRET)}`,
-      maxFileSize: 256 * 1024,
-      lengthSignedByStore: true,
-      expire: async () => {
-        clock = 25 * 3600_000
-        await storage.sweep()
-      },
-      keys: async () => {
-        const out: string[] = []
-        for await (const e of inside.list('')) out.push(e.key)
-        return out
-      },
+    beforeAll(async () => {
+      dir = await mkdtemp(join(tmpdir(), 'attach-s3-direct-'))
+      db = await openDatabase({ type: 'sqlite', file: join(dir, 'attach.db') })
+      const settings = { ...s3.settings, prefix: `svc-${randomBytes(3).toString('hex')}/` }
+      storage = await createAttachStorage({
+        config: {
+          directory: { baseDir: join(dir, 'files'), tmpDir: join(dir, 'tmp') },
+          ...stores,
+          stores: { s3: settings },
+          upload: { maxFileSize: 256 * 1024 },
+          domains: { demo: { categories: { default: {}, image: { filters: ['image'] } } } },
+        },
+        db,
+        jwt: { secret: SECRET },
+        logger: { info: () => {}, warn: () => {}, error: () => {} },
+        now: () => new Date(Date.now() + clock),
+      })
+      inside = new S3Store('inside', settings as unknown as S3StoreOptions)
+    })
+    afterAll(async () => {
+      await inside?.close()
+      await storage?.close()
+      await db?.destroy()
+      if (dir) await rm(dir, { recursive: true, force: true })
+    })
+
+    it('presign, a fetch PUT, then commit; every bad upload fails its entry and leaves nothing', async () => {
+      await expectDirectUploads({
+        handler: createAttachHandler(storage),
+        authorization: `Bearer ${signJwt('7', SECRET)}`,
+        otherAuthorization: `Bearer ${signJwt('8', SECRET)}`,
+        maxFileSize: 256 * 1024,
+        lengthSignedByStore: true,
+        expire: async () => {
+          clock = 25 * 3600_000
+          await storage.sweep()
+        },
+        keys: async () => {
+          const out: string[] = []
+          for await (const e of inside.list('')) out.push(e.key)
+          const local = await readdir(join(dir, 'tmp'), { recursive: true, withFileTypes: true }).catch(() => [])
+          for (const e of local) if (e.isFile()) out.push(relative(join(dir, 'tmp'), join(e.parentPath, e.name)))
+          return out
+        },
+      })
     })
   })
-})
+}
 
 function signJwt(sub: string, secret: string): string {
   const b64 = (value: unknown) => Buffer.from(JSON.stringify(value)).toString('base64url')

@@ -7,6 +7,7 @@ import { AttachStorageError, badRequest, forbidden, notFound, tooLarge } from '.
 import { parseSize } from '../config/units.js'
 import { extensionOf, sniffType } from '../media/sniff.js'
 import type { RegisteredCategory } from '../registry/registry.js'
+import type { Store } from '../stores/store.js'
 import { checkAccess, syntheticDescription } from './access.js'
 import type { ServiceContext } from './context.js'
 import { ingest } from './ingest.js'
@@ -42,6 +43,12 @@ export interface PresignAnswer {
   expiresAt: string
 }
 
+/** The store presigned uploads go to: `presign-store`, else the temporary store. */
+export function presignStoreOf(ctx: ServiceContext): Store {
+  const name = ctx.config.presignStore
+  return name ? ctx.store(name) : ctx.stores.tmpStore
+}
+
 /** The largest file a category accepts: the configured `upload.max-file-size`, lowered by its own `size` filters. */
 export function sizeLimitOf(ctx: ServiceContext, category: RegisteredCategory): number {
   let limit = ctx.config.upload.maxFileSize
@@ -61,16 +68,17 @@ export function sizeLimitOf(ctx: ServiceContext, category: RegisteredCategory): 
  */
 export async function presignUpload(ctx: ServiceContext, input: PresignInput, access: AccessContext): Promise<PresignAnswer> {
   const tmp = ctx.stores.tmpStore
+  const target = presignStoreOf(ctx)
   const { category, refDomain, refCategory } = uploadTarget(ctx, { refDomain: input.refDomain, refCategory: input.refCategory })
   const displayName = cleanDisplayName(input.fileName)
   const name = generateSavedName(extensionOf(displayName))
   if (!(await checkAccess(ctx, access, category, syntheticDescription(refDomain, refCategory, name)))) throw forbidden()
   const limit = sizeLimitOf(ctx, category)
   if (input.size > limit) throw tooLarge(`${displayName} is ${input.size} bytes, larger than the limit of ${limit} bytes`)
-  if (!tmp.presignPut) {
+  if (!target.presignPut) {
     throw new AttachStorageError(
       'presign-unsupported',
-      `The temporary store cannot presign uploads (type ${tmp.type}); send the file to attach/tmp instead`,
+      `The store of direct uploads cannot presign them (type ${target.type}); send the file to attach/tmp instead`,
       { status: 400 },
     )
   }
@@ -88,12 +96,12 @@ export async function presignUpload(ctx: ServiceContext, input: PresignInput, ac
     refCategory,
     createdBy: access.user?.id ?? null,
     createdDt: now.toISOString(),
-    pending: { size: input.size, expiresAt },
+    pending: { size: input.size, expiresAt, store: target.name },
   }
   // The sidecar first: an object nobody announced is never committed, only swept.
   await tmp.put(tmpMetaKey(name), Buffer.from(JSON.stringify(meta)), { contentType: 'application/json' })
   try {
-    const signed = await tmp.presignPut(tmpUploadKey(name), { expiresIn, contentLength: input.size })
+    const signed = await target.presignPut(tmpUploadKey(name), { expiresIn, contentLength: input.size })
     return { name, uploadUrl: signed.url, method: signed.method, headers: signed.headers, expiresAt }
   } catch (err) {
     await tmp.delete(tmpMetaKey(name)).catch(() => undefined)
@@ -113,14 +121,15 @@ export async function verifyDirectUpload(ctx: ServiceContext, meta: TmpMeta, use
   const pending = meta.pending
   if (!pending) return meta
   const tmp = ctx.stores.tmpStore
+  const from = ctx.store(pending.store)
   const name = meta.name
   const category = ctx.registry.category(meta.refDomain, meta.refCategory)
   const discard = () =>
-    Promise.all([tmp.delete(tmpUploadKey(name)), tmp.delete(tmpKey(name)), tmp.delete(tmpMetaKey(name))]).catch((err) =>
+    Promise.all([from.delete(tmpUploadKey(name)), tmp.delete(tmpKey(name)), tmp.delete(tmpMetaKey(name))]).catch((err) =>
       ctx.logger.warn(`attach-storage: could not remove the refused direct upload ${name}`, err),
     )
   const limit = Math.min(pending.size, sizeLimitOf(ctx, category))
-  const source = await tmp.get(tmpUploadKey(name)).catch((err: unknown) => {
+  const source = await from.get(tmpUploadKey(name)).catch((err: unknown) => {
     if (err instanceof AttachStorageError && err.code === 'not-found') throw notFound(`Nothing was uploaded for ${name} yet`)
     throw err
   })
@@ -152,7 +161,7 @@ export async function verifyDirectUpload(ctx: ServiceContext, meta: TmpMeta, use
   const { pending: _, ...rest } = meta
   const verified: TmpMeta = { ...rest, size: received.size, type, sha256: received.sha256 }
   await tmp.put(tmpMetaKey(name), Buffer.from(JSON.stringify(verified)), { contentType: 'application/json' })
-  await tmp.delete(tmpUploadKey(name)).catch(() => undefined)
+  await from.delete(tmpUploadKey(name)).catch(() => undefined)
   ctx.events.emit('uploaded', {
     kind: 'temporary',
     refDomain: meta.refDomain,
@@ -166,4 +175,20 @@ export async function verifyDirectUpload(ctx: ServiceContext, meta: TmpMeta, use
     user,
   })
   return verified
+}
+
+/**
+ * The sweep's part for a `presign-store` apart from the temporary store: its uploads nobody committed,
+ * last modified before `cutoff`, go (the temporary store's own `_tmp/` is swept with the rest).
+ */
+export async function sweepDirectUploads(ctx: ServiceContext, cutoff: Date): Promise<number> {
+  const store = presignStoreOf(ctx)
+  if (store === ctx.stores.tmpStore) return 0
+  let removed = 0
+  for await (const e of store.list(tmpUploadKey(''))) {
+    if (e.lastModified >= cutoff) continue
+    await store.delete(e.key)
+    removed++
+  }
+  return removed
 }

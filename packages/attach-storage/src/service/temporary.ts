@@ -33,11 +33,11 @@ export interface TmpMeta {
   createdBy: string | number | null
   createdDt: string
   /**
-   * A direct-to-cloud upload not verified yet: the client's declared size and when its write address
-   * expires. `size` is then the declared size, `type` and `sha256` are empty until the commit verifies
+   * A direct-to-cloud upload not verified yet: the client's declared size, when its write address
+   * expires, and the store it writes to (`_up/{name}` there). `size` is then the declared size, `type` and `sha256` are empty until the commit verifies
    * the object (and removes this member).
    */
-  pending?: { size: number; expiresAt: string }
+  pending?: { size: number; expiresAt: string; store: string }
 }
 
 /** The first bytes of a stored file, enough for content sniffing (empty when it cannot be read). */
