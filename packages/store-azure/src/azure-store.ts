@@ -113,7 +113,8 @@ export class AzureBlobStore implements Store {
   /**
    * A short-lived write-only address of `key` for a client's own `Put Blob` (a blob service SAS:
    * permissions `c` and `w` only, `se` = now + `expiresIn` seconds, `st` a minute back): the client
-   * sends `PUT` with `x-ms-blob-type: BlockBlob`. A SAS cannot fix the length, so the caller must check
+   * sends `PUT` with `x-ms-blob-type: BlockBlob`. With `create-container`, the container is created
+   * first (the only request it makes). A SAS cannot fix the length, so the caller must check
    * what arrived (the core does, at commit). Present only when the store holds the account key, like
    * {@link presignGet}. The container needs a CORS rule allowing `PUT` from the page's origin
    * (docs/direct-uploads.md).
@@ -333,7 +334,8 @@ export class AzureBlobStore implements Store {
         `Azure store "${this.name}": presignPut() expiresIn must be 1 to ${MAX_PRESIGN_SECONDS} seconds, not ${options.expiresIn}`,
       )
     }
-    const blob = this.#getClient().getBlobClient(name)
+    // The client writes into the container: with `create-container`, it must exist before the address is answered.
+    const blob = (await this.#ready('presignPut', key)).getBlobClient(name)
     const credential = blob.credential
     if (!isSharedKey(credential)) {
       throw storeFailure(`${this.#label('presignPut', key)} failed: the store's credential cannot sign (no account key)`)

@@ -185,10 +185,14 @@ export async function sweepDirectUploads(ctx: ServiceContext, cutoff: Date): Pro
   const store = presignStoreOf(ctx)
   if (store === ctx.stores.tmpStore) return 0
   let removed = 0
-  for await (const e of store.list(tmpUploadKey(''))) {
-    if (e.lastModified >= cutoff) continue
-    await store.delete(e.key)
-    removed++
+  try {
+    for await (const e of store.list(tmpUploadKey(''))) {
+      if (e.lastModified >= cutoff) continue
+      await store.delete(e.key)
+      removed++
+    }
+  } catch (err) {
+    ctx.logger.warn(`attach-storage: removing unclaimed direct uploads of store "${store.name}" failed; the next sweep retries`, err)
   }
   return removed
 }
