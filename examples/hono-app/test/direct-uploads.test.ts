@@ -15,6 +15,7 @@ import { type BrowserContext, chromium } from 'playwright-core'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { startS3rver } from '../../../packages/store-s3/src/test-server.js'
 import { connectionString, startAzurite } from '../../../packages/store-azure/src/test-azurite.js'
+import { withPresignStore } from '@attach-storage/example-reference'
 import { sign, start, type Running } from './helpers.js'
 
 /** What a cloud needs for the test: the store's settings, and a way to allow the page's origin. */
@@ -207,3 +208,15 @@ for (const [type, startCloud] of Object.entries(CLOUDS)) {
     })
   })
 }
+
+describe('the reference server turns presign on where its store is S3 or Azure', () => {
+  const cloud = { type: 's3', bucket: 'b', region: 'r' }
+  const disk = { type: 'local' }
+  it('picks the temporary store, else the default store, of either type; never overrides presign-store', () => {
+    expect(withPresignStore({ stores: { cloud }, 'default-store': 'cloud' })).toMatchObject({ presignStore: 'cloud' })
+    expect(withPresignStore({ stores: { a: { type: 'azure' } }, tmpStore: 'a', defaultStore: 'disk' })).toMatchObject({ presignStore: 'a' })
+    expect(withPresignStore({ stores: { cloud, disk }, 'default-store': 'disk' })).not.toHaveProperty('presignStore')
+    expect(withPresignStore({ stores: { cloud }, 'default-store': 'cloud', 'presign-store': 'x' })).not.toHaveProperty('presignStore')
+    expect(withPresignStore({})).not.toHaveProperty('presignStore')
+  })
+})

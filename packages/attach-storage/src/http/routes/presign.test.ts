@@ -4,6 +4,7 @@
  * their packages' direct-uploads tests (attach-storage/testing expectDirectUploads).
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { checkStoreDeclarations, parseAttachConfig } from '../../config/schema.js'
 import { type Kit, makeKit } from '../test-kit.js'
 
 const API = '/api/storage'
@@ -74,5 +75,17 @@ describe('a confirmed save fills in what an entry of a temporary file omits', ()
       { displayName: 'notes.txt', fileSize: 15, fileType: 'text/plain', sort: 0 },
       { displayName: 'shown.txt', fileSize: 15, fileType: 'text/plain', sort: 1 },
     ])
+  })
+})
+
+describe('presign-store', () => {
+  it('is read from kebab-case and must name a declared store', () => {
+    const config = parseAttachConfig({
+      attach: { 'presign-store': 'cloud', 'default-store': 'cloud', stores: { cloud: { type: 's3', bucket: 'b', region: 'r' } } },
+    })
+    expect(config.presignStore).toBe('cloud')
+    expect(() => checkStoreDeclarations({ cloud: { type: 's3' } }, { ...config, presignStore: 'nope' }, new Set())).toThrow(
+      /attach\.presign-store names store "nope", which is not declared; declared stores: cloud/,
+    )
   })
 })
