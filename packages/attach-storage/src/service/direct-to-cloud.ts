@@ -62,9 +62,10 @@ export function sizeLimitOf(ctx: ServiceContext, category: RegisteredCategory): 
 
 /**
  * Prepares a direct-to-cloud upload: checks the target (domain, category, the category's secure-access
- * function, the size limit: 413 above it), then that the temporary store can presign, writes the temporary file's sidecar marked pending with the
- * declared size, and answers a write address of the temporary store valid for at most
- * {@link PRESIGN_TTL_SECONDS}. A temporary store without `presignPut` answers 400 `presign-unsupported`.
+ * function, the size limit: 413 above it), then that the presign store can sign (400
+ * `presign-unsupported` otherwise); writes the temporary file's sidecar, marked pending with the
+ * declared size, and answers a write address of `_tmp/_up/{name}` in the presign store, valid for at
+ * most {@link PRESIGN_TTL_SECONDS} and never beyond `tmp-ttl`.
  */
 export async function presignUpload(ctx: ServiceContext, input: PresignInput, access: AccessContext): Promise<PresignAnswer> {
   const tmp = ctx.stores.tmpStore
