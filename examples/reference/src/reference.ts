@@ -81,6 +81,20 @@ const notFound = (message: string) => new AttachStorageError('not-found', messag
 const unauthorized = (message: string) => new AttachStorageError('unauthorized', message, { status: 401 })
 
 /** Creates the `board` host table (the spec's list example) if it is not there. */
+/**
+ * Direct-to-cloud uploads (`attach/presign`) are on where the server's store is S3 or Azure: unless the
+ * settings name a `presign-store`, the temporary store, else the default store, of either type becomes it.
+ */
+export function withPresignStore(settings: Record<string, unknown>): Record<string, unknown> {
+  const pick = (camel: string, kebab: string) => settings[camel] ?? settings[kebab]
+  if (pick('presignStore', 'presign-store') !== undefined) return settings
+  const stores = (settings.stores ?? {}) as Record<string, { type?: unknown }>
+  const cloud = [pick('tmpStore', 'tmp-store'), pick('defaultStore', 'default-store')].find(
+    (name) => typeof name === 'string' && (stores[name]?.type === 's3' || stores[name]?.type === 'azure'),
+  )
+  return cloud === undefined ? settings : { ...settings, presignStore: cloud }
+}
+
 async function migrateBoard(db: Kysely<any>, dialect: Dialect): Promise<void> {
   await db.schema
     .createTable('board')
@@ -169,7 +183,7 @@ export async function createReference(env: ServerEnv = process.env, logger: Logg
     signingSecret = createHmac('sha256', secret).update('attach-storage signed view URLs').digest('base64url')
   }
   settings.signing = { secret: signingSecret }
-  if (env.ATTACH_CONFIG) settings = mergeSettings(settings, await loadConfigFile(env.ATTACH_CONFIG))
+  if (env.ATTACH_CONFIG) settings = withPresignStore(mergeSettings(settings, await loadConfigFile(env.ATTACH_CONFIG)))
   const dbUrl = env.ATTACH_DATABASE_URL
   const dialect: Dialect = !dbUrl ? 'sqlite' : dbUrl.startsWith('mysql') ? 'mysql' : 'postgres'
   const db = await openDatabase(

@@ -20,6 +20,7 @@ export type HostFilterCode = string & { readonly [hostFilterCode]: true }
  * - `no-file` (400): an upload without a file part.
  * - `unknown-domain`, `unknown-category` (400): a name that is not registered.
  * - `saved-already` (400): the temporary file of a confirmed-save entry was saved before.
+ * - `presign-unsupported` (400): a presigned upload asked of a temporary store that cannot sign one.
  * - `size-not-allowed` (400): a resized view of a size the category's `sizes` does not list.
  * - `bad-key` (400): a storage key that the key normalizer refuses.
  * - `unauthorized` (401), `forbidden` (403), `not-found` (404), `conflict` (409), `too-large` (413),
@@ -57,6 +58,7 @@ export type AttachErrorCode =
   | 'not-acceptable'
   | 'not-found'
   | 'not-ready'
+  | 'presign-unsupported'
   | 'range-not-satisfiable'
   | 'request-timeout'
   | 'saved-already'

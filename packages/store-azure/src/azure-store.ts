@@ -26,6 +26,8 @@ import {
   storeFailure,
   type ByteRange,
   type PresignGetOptions,
+  type PresignedPut,
+  type PresignPutOptions,
   type PutOptions,
   type Store,
   type StoreFactory,
@@ -108,6 +110,17 @@ export class AzureBlobStore implements Store {
    */
   declare readonly presignGet?: (key: string, options: PresignGetOptions) => Promise<string>
 
+  /**
+   * A short-lived write-only address of `key` for a client's own `Put Blob` (a blob service SAS:
+   * permissions `c` and `w` only, `se` = now + `expiresIn` seconds, `st` a minute back): the client
+   * sends `PUT` with `x-ms-blob-type: BlockBlob`. With `create-container`, the container is created
+   * first (the only request it makes). A SAS cannot fix the length, so the caller must check
+   * what arrived (the core does, at commit). Present only when the store holds the account key, like
+   * {@link presignGet}. The container needs a CORS rule allowing `PUT` from the page's origin
+   * (docs/direct-uploads.md).
+   */
+  declare readonly presignPut?: (key: string, options: PresignPutOptions) => Promise<PresignedPut>
+
   constructor(name: string, options: AzureBlobStoreOptions) {
     this.name = name
     this.#options = resolveAzureSettings(name, options)
@@ -118,6 +131,7 @@ export class AzureBlobStore implements Store {
     this.prefix = this.#options.prefix
     if (this.#client ? isSharedKey(this.#client.credential) : holdsAccountKey(this.#connectionString!)) {
       this.presignGet = (key, presign) => this.#presignGet(key, presign)
+      this.presignPut = (key, presign) => this.#presignPut(key, presign)
     }
   }
 
@@ -309,6 +323,41 @@ export class AzureBlobStore implements Store {
       return `${blob.url}?${sas.toString()}`
     } catch (err) {
       throw storeFailure(this.#redact(`${this.#label('presignGet', key)} failed: ${firstLine((err as Error)?.message)}`))
+    }
+  }
+
+  async #presignPut(key: string, options: PresignPutOptions): Promise<PresignedPut> {
+    const name = this.#blobName(key)
+    const expiresIn = Math.floor(options.expiresIn)
+    if (!(expiresIn >= 1 && expiresIn <= MAX_PRESIGN_SECONDS)) {
+      throw new RangeError(
+        `Azure store "${this.name}": presignPut() expiresIn must be 1 to ${MAX_PRESIGN_SECONDS} seconds, not ${options.expiresIn}`,
+      )
+    }
+    // The client writes into the container: with `create-container`, it must exist before the address is answered.
+    const blob = (await this.#ready('presignPut', key)).getBlobClient(name)
+    const credential = blob.credential
+    if (!isSharedKey(credential)) {
+      throw storeFailure(`${this.#label('presignPut', key)} failed: the store's credential cannot sign (no account key)`)
+    }
+    const now = Date.now()
+    try {
+      const sas = generateBlobSASQueryParameters(
+        {
+          containerName: this.container,
+          blobName: name,
+          permissions: BlobSASPermissions.parse('cw'),
+          startsOn: new Date(now - SAS_CLOCK_SKEW_MS),
+          expiresOn: new Date(now + expiresIn * 1000),
+          protocol: new URL(blob.url).protocol === 'http:' ? SASProtocol.HttpsAndHttp : SASProtocol.Https,
+        },
+        credential,
+      )
+      const headers: Record<string, string> = { 'x-ms-blob-type': 'BlockBlob' }
+      if (options.contentType) headers['content-type'] = options.contentType
+      return { url: `${blob.url}?${sas.toString()}`, method: 'PUT', headers }
+    } catch (err) {
+      throw storeFailure(this.#redact(`${this.#label('presignPut', key)} failed: ${firstLine((err as Error)?.message)}`))
     }
   }
 

@@ -33,6 +33,8 @@ import {
   storeFailure,
   type ByteRange,
   type PresignGetOptions,
+  type PresignedPut,
+  type PresignPutOptions,
   type PutOptions,
   type Store,
   type StoreFactory,
@@ -263,6 +265,44 @@ export class S3Store implements Store {
       return await getSignedUrl(this.client, command, { expiresIn })
     } catch (err) {
       throw this.#wrap('presignGet', key, err)
+    }
+  }
+
+  /**
+   * A presigned PutObject address (signature version 4) of `key`, valid for `expiresIn` seconds, whose
+   * `Content-Length` (and `Content-Type`, when given) are signed: S3 refuses a body of any other length
+   * (403 SignatureDoesNotMatch), so a client cannot send more than it declared. The key goes through the
+   * same normalization and prefix as `put`. Signing is local: no request is made. The bucket needs a
+   * CORS rule allowing `PUT` from the page's origin (docs/direct-uploads.md).
+   *
+   * @example
+   * const { url, method, headers } = await store.presignPut('_tmp/_up/abc.png', { expiresIn: 900, contentLength: 1234 })
+   * await fetch(url, { method, headers, body: file })
+   */
+  async presignPut(key: string, options: PresignPutOptions): Promise<PresignedPut> {
+    const objectKey = this.#objectKey(key)
+    const expiresIn = Math.floor(options.expiresIn)
+    if (!(expiresIn >= 1 && expiresIn <= MAX_PRESIGN_SECONDS)) {
+      throw new RangeError(
+        `S3 store "${this.name}": presignPut() expiresIn must be 1 to ${MAX_PRESIGN_SECONDS} seconds, not ${options.expiresIn}`,
+      )
+    }
+    const length = options.contentLength
+    if (!(Number.isSafeInteger(length) && length >= 0)) {
+      throw new RangeError(`S3 store "${this.name}": presignPut() contentLength must be a non-negative integer, not ${length}`)
+    }
+    const command = new PutObjectCommand({
+      Bucket: this.bucket,
+      Key: objectKey,
+      ContentLength: length,
+      ...(options.contentType ? { ContentType: options.contentType } : {}),
+    })
+    const signed = new Set(['content-length', ...(options.contentType ? ['content-type'] : [])])
+    try {
+      const url = await getSignedUrl(this.client, command, { expiresIn, signableHeaders: signed })
+      return { url, method: 'PUT', headers: options.contentType ? { 'content-type': options.contentType } : {} }
+    } catch (err) {
+      throw this.#wrap('presignPut', key, err)
     }
   }
 

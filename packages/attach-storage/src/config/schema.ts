@@ -160,6 +160,8 @@ export const AttachConfigSchema = v.object({
   s3: v.optional(v.looseObject({})),
   /** Store holding temporary files; default: a local store on `directory.tmpDir`. */
   tmpStore: v.optional(v.string()),
+  /** Store that direct-to-cloud uploads (`attach/presign`) write to, under `_tmp/`; default: the temporary store. */
+  presignStore: v.optional(v.string()),
   /** IANA zone whose month places files in `{yyyy}/{MM}`. @default 'UTC' */
   timeZone: v.optional(
     v.pipe(
@@ -345,7 +347,7 @@ export function parseAttachConfig(input: unknown): AttachConfigParsed {
 /** Checks the cross-references that one schema cannot: store declarations and the stores named. */
 export function checkStoreDeclarations(
   stores: Record<string, Record<string, unknown>>,
-  config: Pick<AttachConfigParsed, 'defaultStore' | 'domains' | 'tmpStore'>,
+  config: Pick<AttachConfigParsed, 'defaultStore' | 'domains' | 'tmpStore' | 'presignStore'>,
   customTypes: ReadonlySet<string>,
 ): void {
   const declared = Object.keys(stores)
@@ -363,6 +365,7 @@ export function checkStoreDeclarations(
   }
   const named: Array<[string, string]> = [['attach.default-store', config.defaultStore]]
   if (config.tmpStore) named.push(['attach.tmp-store', config.tmpStore])
+  if (config.presignStore) named.push(['attach.presign-store', config.presignStore])
   for (const [domain, d] of Object.entries(config.domains)) {
     if (d.store) named.push([`attach.domains.${domain}.store`, d.store])
   }

@@ -6,6 +6,7 @@ import type { AccessContext, AuthUser } from '../service/types.js'
 import { errorResponse } from './respond.js'
 import { noRoute, type Route, Router, segmentsBelow } from './router.js'
 import { editorImageRoutes, editorUploadRoutes } from './routes/editor.js'
+import { presignRoutes } from './routes/presign.js'
 import { recordRoutes } from './routes/records.js'
 import { servingRoutes } from './routes/serving.js'
 import { uploadRoutes } from './routes/uploads.js'
@@ -30,7 +31,7 @@ export interface AttachHandler {
 }
 
 /** The JSON group (`api-prefix`): every route needs an authenticated user. */
-export const API_ROUTES: Route[] = [...uploadRoutes, ...editorUploadRoutes, ...recordRoutes]
+export const API_ROUTES: Route[] = [...uploadRoutes, ...presignRoutes, ...editorUploadRoutes, ...recordRoutes]
 
 /** The binary group (`assets-prefix`): protected per category by the secure-access functions; HEAD is served as GET. */
 export const ASSET_ROUTES: Route[] = [...zipRoutes, ...editorImageRoutes, ...servingRoutes]

@@ -15,6 +15,7 @@ import { AttachBagSchema, type AttachBagInput } from './bag.js'
 import { type AccessContext, accessOf, type AttachBag, type AttachBagEntry, type AuthUser, type SaveFailure } from './types.js'
 import { runFilters, transfer } from './uploads.js'
 import { readableViews } from './urls.js'
+import { verifyDirectUpload } from './direct-to-cloud.js'
 
 /** The positive integer `id` of an `{id}` object (a `_deleted` or re-sort entry), else undefined. */
 function positiveId(x: unknown): number | undefined {
@@ -224,7 +225,7 @@ export async function commitEntry(
     await ctx.testPause?.(step, at.access.request)
   }
 
-  const meta = await readTmpMeta(ctx, savedName, { withFile: false })
+  let meta = await readTmpMeta(ctx, savedName, { withFile: false })
   if (!meta) {
     // No sidecar: expired, never uploaded, or saved. A save whose answer was lost (a crash after the
     // sidecar went) answers the record it made.
@@ -236,6 +237,8 @@ export async function commitEntry(
   // A temporary file belongs to its uploader: nobody else commits it, and its record keeps them as createdBy.
   if (!sameUploader(meta.createdBy, createdBy)) throw forbidden(`${savedName} was uploaded by another user`)
   const uploader = meta.createdBy
+  // A direct-to-cloud upload is verified once, here, before it counts as a temporary file.
+  if (meta.pending) meta = await verifyDirectUpload(ctx, meta, at.access.user)
 
   const earlier = await ctx.repo.findBlobsByTmpName(savedName)
   if (earlier.some((b) => b.refCount > 0)) {

@@ -3,6 +3,7 @@ import type { BlobRecord } from '../model.js'
 import type { Store } from '../stores/store.js'
 import type { ServiceContext } from './context.js'
 import { storeKey } from './layout.js'
+import { sweepDirectUploads } from './direct-to-cloud.js'
 import { TMP_PREFIX } from './temporary.js'
 
 /**
@@ -58,6 +59,7 @@ export async function sweep(ctx: ServiceContext): Promise<{ temporaryFiles: numb
       if (!e.key.endsWith('.meta.json')) temporaryFiles++
     }
   }
+  temporaryFiles += await sweepDirectUploads(ctx, cutoff)
   let blobs = 0
   for (;;) {
     const dead = await ctx.repo.listDeadBlobs(cutoff.toISOString(), 100)

@@ -15,6 +15,12 @@ export const tmpKey = (name: string) => TMP_PREFIX + name
 /** The store key of a temporary file's sidecar (domain, category, uploader, sniffed type, sha256). */
 export const tmpMetaKey = (name: string) => `${TMP_PREFIX}${name}.meta.json`
 
+/**
+ * Where a direct-to-cloud upload's client writes (a presigned address): apart from the temporary file
+ * itself, which only the server writes, once it has verified those bytes (service/direct-to-cloud.ts).
+ */
+export const tmpUploadKey = (name: string) => `${TMP_PREFIX}_up/${name}`
+
 /** Metadata kept beside a temporary file. */
 export interface TmpMeta {
   name: string
@@ -26,6 +32,12 @@ export interface TmpMeta {
   refCategory: string
   createdBy: string | number | null
   createdDt: string
+  /**
+   * A direct-to-cloud upload not verified yet: the client's declared size, when its write address
+   * expires, and the store it writes to (`_up/{name}` there). `size` is then the declared size, `type` and `sha256` are empty until the commit verifies
+   * the object (and removes this member).
+   */
+  pending?: { size: number; expiresAt: string; store: string }
 }
 
 /** The first bytes of a stored file, enough for content sniffing (empty when it cannot be read). */

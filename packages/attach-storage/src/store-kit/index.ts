@@ -21,4 +21,14 @@ export { resolveRange } from '../stores/range.js'
 export { AttachStorageError } from '../errors.js'
 export { normalizeKey, normalizePrefix, joinKey, isNormalKey, MAX_KEY_LENGTH } from '../stores/key.js'
 export { parseDuration, parseSize } from '../config/units.js'
-export type { ByteRange, PresignGetOptions, PutOptions, Store, StoreFactory, StoreListEntry, StoreStat } from '../stores/store.js'
+export type {
+  ByteRange,
+  PresignGetOptions,
+  PresignedPut,
+  PresignPutOptions,
+  PutOptions,
+  Store,
+  StoreFactory,
+  StoreListEntry,
+  StoreStat,
+} from '../stores/store.js'

@@ -86,6 +86,14 @@ export interface Store {
    */
   presignGet?(key: string, options: PresignGetOptions): Promise<string>
   /**
+   * Optional (object stores with signed URLs): a short-lived address to which a client writes the object
+   * at `key` directly, with no other right (S3: a presigned PutObject whose `Content-Length` is signed;
+   * Azure: a blob SAS with create and write permissions only). The client sends the bytes with the
+   * answered method and headers. Nothing is checked of what arrives: the caller verifies the object
+   * before trusting it. Direct-to-cloud uploads (`POST attach/presign`) need it on the temporary store.
+   */
+  presignPut?(key: string, options: PresignPutOptions): Promise<PresignedPut>
+  /**
    * Optional: reads `length` bytes from `start` in one call, for a small answer whose length the record
    * already knows (no stream, no stat). Fewer bytes only when the object is shorter than that; a missing
    * object throws `not-found`. Callers keep `length` small (the handlers: at most 256 KiB).
@@ -101,6 +109,25 @@ export interface PresignGetOptions {
   contentType: string
   /** The `Content-Disposition` the store answers with (the download name). */
   contentDisposition: string
+}
+
+/** What {@link Store.presignPut} signs. */
+export interface PresignPutOptions {
+  /** Seconds the address stays valid. */
+  expiresIn: number
+  /** The exact number of bytes the client declares; stores that can sign it (S3) refuse any other length. */
+  contentLength: number
+  /** The `Content-Type` the client must send, where the store can sign it. */
+  contentType?: string
+}
+
+/** A write address of {@link Store.presignPut}: the client sends the bytes to `url` with `method` and `headers`. */
+export interface PresignedPut {
+  url: string
+  /** Always `PUT` for the built-in stores. */
+  method: 'PUT' | 'POST'
+  /** Headers the client must send with the bytes (for example `x-ms-blob-type` on Azure). */
+  headers: Record<string, string>
 }
 
 /** Creates a store from its declared settings; what a store package exports as `createStore`. */
