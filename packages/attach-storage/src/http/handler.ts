@@ -8,6 +8,7 @@ import { noRoute, type Route, Router, segmentsBelow } from './router.js'
 import { editorImageRoutes, editorUploadRoutes } from './routes/editor.js'
 import { recordRoutes } from './routes/records.js'
 import { servingRoutes } from './routes/serving.js'
+import { tusRoutes } from './routes/tus.js'
 import { uploadRoutes } from './routes/uploads.js'
 import { zipRoutes } from './routes/zip.js'
 
@@ -30,7 +31,7 @@ export interface AttachHandler {
 }
 
 /** The JSON group (`api-prefix`): every route needs an authenticated user. */
-export const API_ROUTES: Route[] = [...uploadRoutes, ...editorUploadRoutes, ...recordRoutes]
+export const API_ROUTES: Route[] = [...uploadRoutes, ...tusRoutes, ...editorUploadRoutes, ...recordRoutes]
 
 /** The binary group (`assets-prefix`): protected per category by the secure-access functions; HEAD is served as GET. */
 export const ASSET_ROUTES: Route[] = [...zipRoutes, ...editorImageRoutes, ...servingRoutes]
