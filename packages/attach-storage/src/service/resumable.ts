@@ -173,6 +173,8 @@ async function find(ctx: ServiceContext, name: string, access: AccessContext): P
   const done = await readTmpMeta(ctx, name)
   if (done) {
     if (!mine(done.createdBy)) throw forbidden('This upload belongs to another user')
+    // Completed, but a crash kept its folder: it goes now.
+    if (await ctx.stores.tmpStore.exists(infoKey(name))) await dropFolder(ctx, name)
     return { status: { name, offset: done.size, length: done.size, expires: expiresOf(ctx, done.createdDt), done } }
   }
   const info = await readInfo(ctx.stores.tmpStore, name)
@@ -399,7 +401,9 @@ async function complete(ctx: ServiceContext, info: ResumableInfo, access: Access
   }
   const received: ReceivedFile = { name, displayName: info.displayName, extension: extensionOf(info.displayName), ...probe }
   const target = uploadTarget(ctx, { refDomain: info.refDomain, refCategory: info.refCategory })
+  await ctx.testPause?.('tus-assembled', access.request)
   const item = await keepTemporary(ctx, received, target, access)
+  await ctx.testPause?.('tus-kept', access.request)
   await dropFolder(ctx, name)
   if ('error' in item) throw badRequest(item.error.message, item.error.code)
   const done = await readTmpMeta(ctx, name)
