@@ -22,7 +22,8 @@
  * as root or through passwordless sudo, and the set-up says so on stderr: `postgresql` and
  * `mariadb-server` (unless the URL above names a server), `openssh-server` and `openssh-client` (the SFTP
  * store tests start sshd), `python3` (the ZIP tests check archives with its zipfile module), `nginx-light`
- * and `lighttpd` (the offload tests put them in front of the server). When all
+ * and `lighttpd` (the offload tests put them in front of the server), `chromium` (the browser upload
+ * tests drive it with playwright-core). When all
  * are present nothing is run and nothing is printed. Set `ATTACH_TEST_NO_INSTALL=1` to never install.
  *
  * No binaries (and no way to install them): the run fails (never a silent skip), with a hint on how to
@@ -126,6 +127,8 @@ function missingPackages(): Array<{ name: string; why: string }> {
   if (!existsSync('/usr/sbin/nginx')) missing.push({ name: 'nginx-light', why: 'nginx (/usr/sbin/nginx), the X-Accel-Redirect tests' })
   if (!existsSync('/usr/sbin/lighttpd')) missing.push({ name: 'lighttpd', why: 'lighttpd (/usr/sbin/lighttpd), the X-Sendfile tests' })
   if (findOnPath('python3') === undefined) missing.push({ name: 'python3', why: 'python3 (the ZIP tests read archives with zipfile)' })
+  // examples/hono-app/test/resumable-browser.test.ts drives Debian's Chromium with playwright-core.
+  if (!existsSync('/usr/bin/chromium')) missing.push({ name: 'chromium', why: 'Chromium (/usr/bin/chromium), the browser upload tests' })
   return missing
 }
 
