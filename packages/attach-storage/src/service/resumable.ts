@@ -8,11 +8,13 @@
  * local temporary store appends to one file (`_tus/{name}/data`) instead and renames it into place.
  * Every step leaves a state from which the client's retry (HEAD, then PATCH) completes the upload.
  */
+import { createWriteStream } from 'node:fs'
 import { open, stat } from 'node:fs/promises'
 import { dirname } from 'node:path'
-import { Readable, Writable } from 'node:stream'
+import { Readable, Transform, Writable } from 'node:stream'
 import { pipeline } from 'node:stream/promises'
 import { AttachStorageError, badRequest, forbidden, notFound, tooLarge } from '../errors.js'
+import { createHash, type Hash } from 'node:crypto'
 import { extensionOf } from '../media/sniff.js'
 import { mkdirDurable } from '../stores/local-store.js'
 import { readAll } from '../stores/read-all.js'
@@ -22,7 +24,7 @@ import type { ServiceContext } from './context.js'
 import { ProbeStream, ingest } from './ingest.js'
 import { generateSavedName } from './layout.js'
 import { cleanDisplayName } from './names.js'
-import { readTmpMeta, type TmpMeta, tmpKey } from './temporary.js'
+import { readHead, readTmpMeta, type TmpMeta, tmpKey } from './temporary.js'
 import type { AccessContext, ReceivedFile, TemporaryItem } from './types.js'
 import { discardReceived, keepTemporary, uploadTarget } from './uploads.js'
 
@@ -71,6 +73,14 @@ export interface CreateInput {
   filename: string
   refDomain: string
   refCategory: string
+}
+
+/** The running sha256 of local uploads whose every byte went through this process, by name (bounded). */
+const hashes = new Map<string, { offset: number; hash: Hash }>()
+const MAX_HASHES = 1000
+function remember(name: string, offset: number, hash: Hash): void {
+  hashes.set(name, { offset, hash })
+  if (hashes.size > MAX_HASHES) hashes.delete(hashes.keys().next().value!)
 }
 
 /** One running request per upload in this process: a HEAD after a dropped PATCH sees its last byte. */
@@ -138,6 +148,7 @@ async function offsetOf(ctx: ServiceContext, name: string): Promise<number> {
 /** Removes an upload's folder: its info first (what is left without it is only swept), then its bytes. */
 async function dropFolder(ctx: ServiceContext, name: string): Promise<void> {
   const tmp = ctx.stores.tmpStore
+  hashes.delete(name)
   await tmp.delete(infoKey(name))
   for await (const e of tmp.list(folder(name))) await tmp.delete(e.key)
 }
@@ -295,29 +306,46 @@ async function write(
   over: () => Error,
   signal?: AbortSignal,
 ): Promise<number> {
-  const source = bounded(body, room, over)
   const file = localFile(ctx, dataKey(name))
   if (file) {
     // The local path: append to one file. What arrived before a dropped connection stays (the offset).
-    const fh = await open(file, 'a')
-    let written = 0
+    // The running sha256 is kept in memory while every byte so far went through it; the completion
+    // then need not read the file again (after a restart, it does).
+    const known = hashes.get(name)
+    hashes.delete(name)
+    const hash = known && known.offset === offset ? known.hash : offset === 0 ? createHash('sha256') : undefined
+    let seen = 0
+    const meter = new Transform({
+      transform(chunk: Buffer, _enc, cb) {
+        seen += chunk.length
+        if (seen > room) return cb(over())
+        hash?.update(chunk)
+        cb(null, chunk)
+      },
+    })
+    const out = createWriteStream(file, { flags: 'a', highWaterMark: 1024 * 1024 })
     try {
-      for await (const chunk of source) {
-        await fh.write(chunk)
-        written += chunk.length
-      }
-      await fh.sync()
+      await pipeline(body, meter, out)
     } catch (err) {
-      await fh.sync().catch(() => undefined)
       if (err instanceof AttachStorageError && err.code === 'too-large') throw err
       // Anything else (the client went away): the bytes written so far are the upload's.
-      ctx.logger.info(`attach-storage: resumable upload ${name} interrupted at ${offset + written}`)
+      const size = await stat(file).then(
+        (st) => st.size,
+        () => offset,
+      )
+      ctx.logger.info(`attach-storage: resumable upload ${name} interrupted at ${size}`)
       throw err
+    }
+    const fh = await open(file, 'r+')
+    try {
+      await fh.sync()
     } finally {
       await fh.close()
     }
-    return offset + written
+    if (hash) remember(name, offset + seen, hash)
+    return offset + seen
   }
+  const source = bounded(body, room, over)
   // Any store: part objects of at most partSize; a dropped connection loses only the part being written.
   const { partSize, maxParts } = ctx.config.resumable
   const tmp = ctx.stores.tmpStore
@@ -383,7 +411,11 @@ async function complete(ctx: ServiceContext, info: ResumableInfo, access: Access
     ))
   )
     await tmp.move(dataKey(name), tmpKey(name))
-  if (await tmp.exists(tmpKey(name))) {
+  const known = hashes.get(name)
+  hashes.delete(name)
+  if (known && known.offset === length && (await tmp.exists(tmpKey(name))) && (await tmp.stat(tmpKey(name))).size === length) {
+    probe = { size: length, sha256: known.hash.digest('hex'), head: await readHead(tmp, tmpKey(name)) }
+  } else if (await tmp.exists(tmpKey(name))) {
     const p = new ProbeStream(length)
     await pipeline(await tmp.get(tmpKey(name)), p, new Writable({ write: (_chunk, _enc, cb) => cb() }))
     probe = p.result()
