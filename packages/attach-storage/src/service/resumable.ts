@@ -324,25 +324,28 @@ async function write(
       },
     })
     const out = createWriteStream(file, { flags: 'a', highWaterMark: 1024 * 1024 })
-    try {
-      await pipeline(body, meter, out)
-    } catch (err) {
-      if (err instanceof AttachStorageError && err.code === 'too-large') throw err
-      // Anything else (the client went away): the bytes written so far are the upload's.
-      const size = await stat(file).then(
-        (st) => st.size,
-        () => offset,
-      )
-      ctx.logger.info(`attach-storage: resumable upload ${name} interrupted at ${size}`)
-      throw err
+    // A body that fails (the client went away) ends the file normally, so every byte that arrived is kept.
+    let dropped: unknown
+    async function* arrived(): AsyncGenerator<Buffer> {
+      try {
+        for await (const chunk of body) yield chunk as Buffer
+      } catch (err) {
+        dropped = err
+      }
     }
+    await pipeline(arrived(), meter, out)
     const fh = await open(file, 'r+')
     try {
       await fh.sync()
     } finally {
       await fh.close()
     }
+    // Every byte seen is in the file (the pipeline ended normally): the running hash stays valid.
     if (hash) remember(name, offset + seen, hash)
+    if (dropped) {
+      ctx.logger.info(`attach-storage: resumable upload ${name} interrupted at ${offset + seen}`)
+      throw dropped
+    }
     return offset + seen
   }
   const source = bounded(body, room, over)

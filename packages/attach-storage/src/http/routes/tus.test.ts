@@ -225,6 +225,48 @@ for (const variant of ['local append', 'part objects'] as const) {
       expect(await tmpFiles()).toEqual([])
     })
 
+    it('keeps what a dropped PATCH delivered (whole parts on a remote store) and resumes from there', async () => {
+      const bytes = randomBytes(300 * 1024)
+      const res = await create(kit, bytes.length, { filename: 'cut.bin', refDomain: 'demo' })
+      const location = res.headers.get('location')!
+      const sent = 3 * 64 * 1024 + 10 * 1024
+      let i = 0
+      const body = new ReadableStream<Uint8Array>({
+        pull(c) {
+          if (i >= sent) {
+            c.error(new Error('connection reset'))
+            return
+          }
+          const n = Math.min(16 * 1024, sent - i)
+          c.enqueue(new Uint8Array(bytes.subarray(i, i + n)))
+          i += n
+        },
+      })
+      const cut = await kit.call(location, {
+        method: 'PATCH',
+        headers: { 'tus-resumable': '1.0.0', 'content-type': 'application/offset+octet-stream', 'upload-offset': '0' },
+        body,
+        duplex: 'half',
+      } as RequestInit)
+      expect(cut.status).toBeGreaterThanOrEqual(400)
+      const offset = Number((await head(kit, location)).headers.get('upload-offset'))
+      if (variant === 'part objects') expect(offset).toBe(3 * 64 * 1024)
+      else {
+        expect(offset).toBeGreaterThanOrEqual(3 * 64 * 1024)
+        expect(offset).toBeLessThanOrEqual(sent)
+      }
+      const rest = await patch(kit, location, offset, bytes.subarray(offset))
+      expect(rest.status).toBe(204)
+      const name = location.split('/').pop()!
+      const views = await kit.storage.commitAttachContainer({
+        refKey: 902,
+        attachContainer: { refDomain: 'demo', default: [{ savedName: name }] },
+        user: { id: '7' },
+      })
+      const view = await kit.call(`/assets/storage/attach/view/${views[0]!.id}`)
+      expect(Buffer.from(await view.arrayBuffer()).equals(bytes)).toBe(true)
+    })
+
     it('termination removes an unfinished upload; the sweep removes expired ones', async () => {
       const a = await create(kit, 100, { filename: 'a.bin', refDomain: 'demo' })
       const la = a.headers.get('location')!
@@ -252,3 +294,16 @@ for (const variant of ['local append', 'part objects'] as const) {
     })
   })
 }
+
+describe('tus resumable uploads, switched off', () => {
+  it('answers 404 on every tus route while resumable.enabled is false', async () => {
+    const kit = await makeKit('sqlite')
+    try {
+      const res = await create(kit, 10, { filename: 'a.txt', refDomain: 'demo' })
+      expect(res.status).toBe(404)
+      expect((await head(kit, `${TUS}/00000000-0000-4000-8000-000000000000.bin`)).status).toBe(404)
+    } finally {
+      await kit.cleanup()
+    }
+  })
+})
