@@ -310,7 +310,7 @@ describe('confirmed saves survive kill -9', () => {
         const head = await fetch(child.base + location, { method: 'HEAD', headers: auth })
         expect(head.status).toBe(200)
         const offset = Number(head.headers.get('upload-offset'))
-        ;(seen[mode] ??= []).push(offset)
+        seen[mode] = [...(seen[mode] ?? []), offset]
         if (offset < bytes.length) {
           const rest = await fetch(child.base + location, {
             method: 'PATCH',

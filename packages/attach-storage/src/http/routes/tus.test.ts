@@ -42,7 +42,7 @@ async function create(
   if (length === undefined) headers['upload-defer-length'] = '1'
   else headers['upload-length'] = String(length)
   if (init.body) headers['content-type'] = 'application/offset+octet-stream'
-  return kit.call(TUS, { method: 'POST', headers, body: init.body, user: init.user })
+  return kit.call(TUS, { method: 'POST', headers, body: init.body && new Uint8Array(init.body), user: init.user })
 }
 
 function patch(
@@ -60,7 +60,7 @@ function patch(
       'upload-offset': String(offset),
       ...init.headers,
     },
-    body,
+    body: new Uint8Array(body),
     user: init.user,
   })
 }
