@@ -191,6 +191,22 @@ for (const variant of ['local append', 'part objects'] as const) {
       expect(await tmpFiles()).toEqual([])
     })
 
+    it('takes PATCH and DELETE as POST with X-HTTP-Method-Override', async () => {
+      const res = await create(kit, 4, { filename: 'o.txt', refDomain: 'demo' })
+      const location = res.headers.get('location')!
+      const over = (method: string, headers: Record<string, string>, body?: Uint8Array) =>
+        kit.call(location, {
+          method: 'POST',
+          headers: { 'tus-resumable': '1.0.0', 'x-http-method-override': method, ...headers },
+          body: body && new Uint8Array(body),
+        })
+      const p = await over('PATCH', { 'content-type': 'application/offset+octet-stream', 'upload-offset': '0' }, new Uint8Array([1, 2]))
+      expect([p.status, p.headers.get('upload-offset')]).toEqual([204, '2'])
+      expect((await over('GET', {})).status).toBe(404)
+      expect((await over('DELETE', {})).status).toBe(204)
+      expect((await head(kit, location)).status).toBe(404)
+    })
+
     it('deferred length: bytes past the size limit answer 413 and leave nothing', async () => {
       const res = await create(kit, undefined, { filename: 'd.bin', refDomain: 'demo' })
       expect(res.status).toBe(201)

@@ -104,6 +104,33 @@ const options = tus(
 const unsupported = () => new AttachStorageError('unsupported-media-type', `The body must be ${OCTETS}`, { status: 415 })
 const isOctets = (request: Request) => (request.headers.get('content-type') ?? '').split(';')[0]!.trim().toLowerCase() === OCTETS
 
+/** PATCH: the bytes at `Upload-Offset`. */
+async function append(env: RouteEnv, id: string): Promise<Response> {
+  const r = env.request
+  if (!isOctets(r)) throw unsupported()
+  const offset = integerHeader(r, 'upload-offset')
+  if (offset === undefined) throw badRequest('Upload-Offset is required')
+  const status = await appendResumable(
+    env.ctx,
+    id,
+    {
+      offset,
+      body: bodyOf(r),
+      contentLength: integerHeader(r, 'content-length'),
+      length: integerHeader(r, 'upload-length'),
+      signal: r.signal,
+    },
+    env.access,
+  )
+  return new Response(null, { status: 204, headers: headersOf({ ...status, length: undefined }) })
+}
+
+/** DELETE: the upload goes, finished or not. */
+async function terminate(env: RouteEnv, id: string): Promise<Response> {
+  await terminateResumable(env.ctx, id, env.access)
+  return new Response(null, { status: 204, headers: { 'tus-resumable': TUS_VERSION } })
+}
+
 /** The routes, in the order they are tried. */
 export const tusRoutes: Route[] = [
   defineRoute({ method: 'OPTIONS', path: 'attach/tus', handle: options }),
@@ -152,37 +179,18 @@ export const tusRoutes: Route[] = [
     params: IdParams,
     handle: tus(async (env, id) => new Response(null, { status: 200, headers: headersOf(await resumableStatus(env.ctx, id, env.access)) })),
   }),
+  defineRoute({ method: 'PATCH', path: 'attach/tus/:id', params: IdParams, handle: tus(append) }),
   defineRoute({
-    method: 'PATCH',
+    method: 'POST',
     path: 'attach/tus/:id',
     params: IdParams,
+    // `X-HTTP-Method-Override` (tus-js-client's `overridePatchMethod`), for networks that refuse PATCH.
     handle: tus(async (env, id) => {
-      const r = env.request
-      if (!isOctets(r)) throw unsupported()
-      const offset = integerHeader(r, 'upload-offset')
-      if (offset === undefined) throw badRequest('Upload-Offset is required')
-      const status = await appendResumable(
-        env.ctx,
-        id,
-        {
-          offset,
-          body: bodyOf(r),
-          contentLength: integerHeader(r, 'content-length'),
-          length: integerHeader(r, 'upload-length'),
-          signal: r.signal,
-        },
-        env.access,
-      )
-      return new Response(null, { status: 204, headers: headersOf({ ...status, length: undefined }) })
+      const method = env.request.headers.get('x-http-method-override')?.toUpperCase()
+      if (method === 'PATCH') return append(env, id)
+      if (method === 'DELETE') return terminate(env, id)
+      throw noRoute()
     }),
   }),
-  defineRoute({
-    method: 'DELETE',
-    path: 'attach/tus/:id',
-    params: IdParams,
-    handle: tus(async (env, id) => {
-      await terminateResumable(env.ctx, id, env.access)
-      return new Response(null, { status: 204, headers: { 'tus-resumable': TUS_VERSION } })
-    }),
-  }),
+  defineRoute({ method: 'DELETE', path: 'attach/tus/:id', params: IdParams, handle: tus(terminate) }),
 ]
