@@ -21,6 +21,7 @@ import { adaptersBench, listBench, s3Bench } from './scenarios/hooks.js'
 import { hostileBench } from './scenarios/hostile.js'
 import { resizeBench } from './scenarios/resize.js'
 import { smallViewsBench } from './scenarios/small-views.js'
+import { tusBench } from './scenarios/tus.js'
 import { uploadBench } from './scenarios/upload.js'
 import { viewBench } from './scenarios/view.js'
 import { zipBench } from './scenarios/zip.js'
@@ -33,6 +34,7 @@ interface Scenario {
 
 const SCENARIOS: Scenario[] = [
   { name: 'upload', title: 'multipart upload of a large file', run: uploadBench },
+  { name: 'tus', title: 'resumable (tus) upload of a large file against the multipart upload', run: tusBench },
   { name: 'view', title: 'view of a large file', run: viewBench },
   { name: 'views-50k', title: '50 KB views per second (wrk)', run: smallViewsBench },
   { name: 'resize', title: 'resize placeholders against sharp', run: resizeBench },

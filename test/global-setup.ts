@@ -129,6 +129,8 @@ function missingPackages(): Array<{ name: string; why: string }> {
   // examples/hono-app/test/direct-uploads.test.ts drives Debian's Chromium with playwright-core.
   if (!existsSync('/usr/bin/chromium')) missing.push({ name: 'chromium', why: 'Chromium (/usr/bin/chromium), the browser upload tests' })
   if (findOnPath('python3') === undefined) missing.push({ name: 'python3', why: 'python3 (the ZIP tests read archives with zipfile)' })
+  // examples/hono-app/test/resumable-browser.test.ts drives Debian's Chromium with playwright-core.
+  if (!existsSync('/usr/bin/chromium')) missing.push({ name: 'chromium', why: 'Chromium (/usr/bin/chromium), the browser upload tests' })
   return missing
 }
 

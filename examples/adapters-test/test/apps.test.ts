@@ -786,6 +786,49 @@ for (const name of NAMES) {
       log.cors = seen
     })
 
+    it('takes resumable uploads (tus) through the adapter, with their CORS headers', async () => {
+      const tus = { 'tus-resumable': '1.0.0' }
+      const meta = `filename ${Buffer.from('r.txt').toString('base64')},refDomain ${Buffer.from('demo').toString('base64')}`
+      const created = await call('/api/storage/attach/tus', {
+        method: 'POST',
+        headers: { ...tus, 'upload-length': '10', 'upload-metadata': meta, origin: ORIGIN },
+      })
+      expect(created.status).toBe(201)
+      const list = (h: string | null) => (h ?? '').split(',').map((x) => x.trim().toLowerCase())
+      expect(list(created.headers.get('access-control-expose-headers'))).toEqual(expect.arrayContaining(['location', 'upload-offset']))
+      const location = created.headers.get('location')!
+      const first = await call(location, {
+        method: 'PATCH',
+        headers: { ...tus, 'content-type': 'application/offset+octet-stream', 'upload-offset': '0' },
+        body: 'resum',
+      })
+      expect([first.status, first.headers.get('upload-offset')]).toEqual([204, '5'])
+      const head = await call(location, { method: 'HEAD', headers: tus })
+      expect([head.status, head.headers.get('upload-offset'), head.headers.get('upload-length')]).toEqual([200, '5', '10'])
+      const last = await call(location, {
+        method: 'PATCH',
+        headers: { ...tus, 'content-type': 'application/offset+octet-stream', 'upload-offset': '5' },
+        body: 'ables',
+      })
+      expect(last.status).toBe(204)
+      const name = location.split('/').pop()!
+      const saved = await call('/api/storage/attach/demo/79', { method: 'POST', body: JSON.stringify({ default: [{ savedName: name }] }) })
+      const rec = (await saved.json()).attachList[0]
+      expect([rec.displayName, rec.fileSize]).toEqual(['r.txt', 10])
+      const preflight = await fetch(`${srv.base}${location}`, {
+        method: 'OPTIONS',
+        headers: {
+          origin: ORIGIN,
+          'access-control-request-method': 'PATCH',
+          'access-control-request-headers': 'authorization,tus-resumable,upload-offset,content-type',
+        },
+      })
+      expect(list(preflight.headers.get('access-control-allow-methods'))).toEqual(expect.arrayContaining(['patch', 'head', 'delete']))
+      expect(list(preflight.headers.get('access-control-allow-headers'))).toEqual(
+        expect.arrayContaining(['tus-resumable', 'upload-offset', 'upload-length', 'upload-metadata']),
+      )
+    })
+
     it('guards the private category by the token in the header or access_token, and the creator', async () => {
       const t = (await (await upload({ refDomain: 'demo', refCategory: 'private' }, [new Blob(['mine']), 'm.txt'])).json()).files[0]
       const saved = await call('/api/storage/attach/demo/77', {

@@ -253,4 +253,94 @@ describe('confirmed saves survive kill -9', () => {
       await ref.close()
     }
   }, 170_000)
+
+  it('resumable uploads survive kill -9 in the middle of a PATCH and at each step of their completion', async () => {
+    const dataDir = await mkdtemp(join(tmpdir(), 'attach-crash-tus-'))
+    dirs.push(dataDir)
+    const auth = { authorization: `Bearer ${await sign('1', SECRET)}`, 'tus-resumable': '1.0.0' }
+    const octets = { ...auth, 'content-type': 'application/offset+octet-stream' }
+    const launch = () => {
+      const c = startChild(dataDir)
+      c.catch(() => undefined)
+      return c
+    }
+    let child = await launch()
+    const seen: Record<string, number[]> = {}
+    try {
+      for (const [trial, mode] of (
+        ['mid-patch', 'tus-assembled', 'tus-kept', 'mid-patch', 'tus-assembled', 'tus-kept'] as const
+      ).entries()) {
+        const successor = launch()
+        const bytes = randomBytes(4 * 1024 * 1024)
+        const meta = `filename ${Buffer.from(`t${trial}.bin`).toString('base64')},refDomain ${Buffer.from('demo').toString('base64')}`
+        const created = await fetch(`${child.base}/api/storage/attach/tus`, {
+          method: 'POST',
+          headers: { ...auth, 'upload-length': String(bytes.length), 'upload-metadata': meta },
+        })
+        expect(created.status).toBe(201)
+        const location = created.headers.get('location')!
+        if (mode === 'mid-patch') {
+          // Half the bytes, then the client stalls: the server is killed while the PATCH is open.
+          const body = new ReadableStream<Uint8Array>({
+            start(c) {
+              c.enqueue(new Uint8Array(bytes.subarray(0, 2 * 1024 * 1024)))
+            },
+          })
+          const pending = fetch(child.base + location, {
+            method: 'PATCH',
+            headers: { ...octets, 'upload-offset': '0' },
+            body,
+            duplex: 'half',
+          } as RequestInit).catch(() => undefined)
+          await new Promise((r) => setTimeout(r, 300))
+          await kill(child)
+          await pending
+        } else {
+          const pending = fetch(child.base + location, {
+            method: 'PATCH',
+            headers: { ...octets, 'upload-offset': '0', 'x-attach-test-pause': mode },
+            body: new Uint8Array(bytes),
+          }).catch(() => undefined)
+          await child.waitFor(new RegExp(`attach-test-paused ${mode}`))
+          await kill(child)
+          expect(await pending).toBeUndefined()
+        }
+        child = await successor
+        // The client's retry: HEAD, then the rest from the offset the server reports.
+        const head = await fetch(child.base + location, { method: 'HEAD', headers: auth })
+        expect(head.status).toBe(200)
+        const offset = Number(head.headers.get('upload-offset'))
+        seen[mode] = [...(seen[mode] ?? []), offset]
+        if (offset < bytes.length) {
+          const rest = await fetch(child.base + location, {
+            method: 'PATCH',
+            headers: { ...octets, 'upload-offset': String(offset) },
+            body: new Uint8Array(bytes.subarray(offset)),
+          })
+          expect(rest.status).toBe(204)
+        }
+        const saved = await fetch(`${child.base}/api/storage/attach/demo/tus${trial}`, {
+          method: 'POST',
+          headers: { ...auth, 'content-type': 'application/json' },
+          body: JSON.stringify({ default: [{ savedName: location.split('/').pop() }] }),
+        })
+        expect(saved.status).toBe(200)
+        const view = await fetch(`${child.base}/assets/storage/attach/view/demo/tus${trial}/default/0`)
+        expect(sha256(new Uint8Array(await view.arrayBuffer()))).toBe(sha256(bytes))
+      }
+    } finally {
+      await Promise.all(
+        [...running].map(
+          (p) =>
+            new Promise((r) => {
+              p.once('exit', r)
+              p.kill('SIGKILL')
+            }),
+        ),
+      )
+    }
+    // Nothing of the uploads is left in the temporary store.
+    expect((await walk(join(dataDir, 'tmp'))).filter((f) => !f.endsWith('.partial'))).toEqual([])
+    console.info(`resumable crash trials, offsets seen on resume: ${JSON.stringify(seen)}`)
+  }, 120_000)
 })

@@ -66,6 +66,33 @@ export interface Reference {
   close(): Promise<void>
 }
 
+/** The request headers of tus 1.0 a browser must be allowed to send (docs/resumable.md). */
+export const TUS_REQUEST_HEADERS = [
+  'Tus-Resumable',
+  'Upload-Length',
+  'Upload-Defer-Length',
+  'Upload-Metadata',
+  'Upload-Offset',
+  'Upload-Concat',
+  'Upload-Checksum',
+  'X-HTTP-Method-Override',
+  'X-Requested-With',
+]
+
+/** The response headers of tus 1.0 a browser client must be able to read. */
+export const TUS_RESPONSE_HEADERS = [
+  'Location',
+  'Tus-Resumable',
+  'Tus-Version',
+  'Tus-Extension',
+  'Tus-Max-Size',
+  'Upload-Offset',
+  'Upload-Length',
+  'Upload-Defer-Length',
+  'Upload-Expires',
+  'Upload-Metadata',
+]
+
 /** The largest JSON body the board routes read, like the JSON group's. */
 const BOARD_JSON_LIMIT = 2 * 1024 * 1024
 
@@ -170,6 +197,8 @@ export async function createReference(env: ServerEnv = process.env, logger: Logg
     directory: { baseDir: join(dataDir, 'files'), tmpDir: join(dataDir, 'tmp') },
     db: { type: 'sqlite', file: join(dataDir, 'attach.db') },
     upload: { maxFileSize: env.ATTACH_MAX_FILE_SIZE ? Number(env.ATTACH_MAX_FILE_SIZE) : 104857600 },
+    // Resumable uploads (tus 1.0) at /api/storage/attach/tus.
+    resumable: { enabled: true },
     domains: {
       demo: { categories: { default: {}, image: { filters: ['image'] }, private: {} } },
       board: { categories: { default: {}, image: { filters: ['image'] } } },
@@ -229,9 +258,17 @@ export async function createReference(env: ServerEnv = process.env, logger: Logg
           .filter(Boolean)
         return {
           origins: origins.includes('*') ? '*' : origins,
-          allowHeaders: ['Authorization', 'Content-Type', 'Range', 'If-None-Match', 'If-Modified-Since'],
-          allowMethods: ['GET', 'HEAD', 'POST', 'PUT', 'OPTIONS'],
-          exposeHeaders: ['x-app-total-count', 'x-app-page', 'x-app-data-count', 'Content-Disposition', 'Content-Range', 'ETag'],
+          allowHeaders: ['Authorization', 'Content-Type', 'Range', 'If-None-Match', 'If-Modified-Since', ...TUS_REQUEST_HEADERS],
+          allowMethods: ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'],
+          exposeHeaders: [
+            'x-app-total-count',
+            'x-app-page',
+            'x-app-data-count',
+            'Content-Disposition',
+            'Content-Range',
+            'ETag',
+            ...TUS_RESPONSE_HEADERS,
+          ],
           maxAge: 600,
         }
       })()

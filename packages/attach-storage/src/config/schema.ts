@@ -225,6 +225,29 @@ export const AttachConfigSchema = v.object({
     }),
     {},
   ),
+  /** Resumable uploads (tus 1.0) at `{api-prefix}/attach/tus` (docs/resumable.md). */
+  resumable: v.optional(
+    v.object({
+      /** Serves the tus routes. @default false */
+      enabled: v.optional(v.boolean(), false),
+      /**
+       * Largest part object a PATCH's bytes are kept in on a store without local files (bytes, or `"8MB"`);
+       * a dropped connection loses at most the part being written. @default '8MB'
+       */
+      partSize: v.optional(
+        v.pipe(
+          sizeValue,
+          v.transform((x) => parseSize(x)),
+          v.number('must be a size'),
+          v.minValue(64 * 1024),
+        ),
+        '8MB',
+      ),
+      /** Most part objects of one upload; a PATCH beyond it answers 400 (send larger chunks). @default 10000 */
+      maxParts: v.optional(v.pipe(v.number(), v.integer(), v.minValue(1)), 10_000),
+    }),
+    {},
+  ),
   resize: v.optional(
     v.object({
       /** Largest image (width × height) the resizer decodes; larger ones are served as they are. @default 100000000 */

@@ -9,6 +9,7 @@ import { editorImageRoutes, editorUploadRoutes } from './routes/editor.js'
 import { presignRoutes } from './routes/presign.js'
 import { recordRoutes } from './routes/records.js'
 import { servingRoutes } from './routes/serving.js'
+import { tusRoutes } from './routes/tus.js'
 import { uploadRoutes } from './routes/uploads.js'
 import { zipRoutes } from './routes/zip.js'
 
@@ -31,7 +32,7 @@ export interface AttachHandler {
 }
 
 /** The JSON group (`api-prefix`): every route needs an authenticated user. */
-export const API_ROUTES: Route[] = [...uploadRoutes, ...presignRoutes, ...editorUploadRoutes, ...recordRoutes]
+export const API_ROUTES: Route[] = [...uploadRoutes, ...presignRoutes, ...tusRoutes, ...editorUploadRoutes, ...recordRoutes]
 
 /** The binary group (`assets-prefix`): protected per category by the secure-access functions; HEAD is served as GET. */
 export const ASSET_ROUTES: Route[] = [...zipRoutes, ...editorImageRoutes, ...servingRoutes]

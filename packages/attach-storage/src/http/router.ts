@@ -39,7 +39,7 @@ export interface Route<
   Q extends v.GenericSchema | undefined = any,
   B extends v.GenericSchema | undefined = any,
 > {
-  readonly method: 'GET' | 'POST' | 'PUT'
+  readonly method: 'GET' | 'POST' | 'PUT' | 'PATCH' | 'HEAD' | 'DELETE' | 'OPTIONS'
   /**
    * The path below the group's prefix, segment by segment: a literal, `:name` (one segment), `:name?`
    * (one optional last segment) or `*name` (the remaining segments, as an array).

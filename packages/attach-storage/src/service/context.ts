@@ -9,7 +9,10 @@ import type { StoreSet } from './stores.js'
 import type { Logger } from './types.js'
 
 /** A step of the confirmed save at which crash tests stop the process (test-only). */
-export type SaveStep = 'reserved' | 'moved' | 'recorded' | 'done'
+export type SaveStep = 'reserved' | 'moved' | 'recorded' | 'done' | ResumableStep
+
+/** A step of a resumable upload's completion at which crash tests stop the process (test-only). */
+export type ResumableStep = 'tus-assembled' | 'tus-kept'
 
 /**
  * What every use case works over, built once when the service has initialised: the configuration, the

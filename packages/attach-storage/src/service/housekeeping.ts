@@ -4,6 +4,7 @@ import type { Store } from '../stores/store.js'
 import type { ServiceContext } from './context.js'
 import { storeKey } from './layout.js'
 import { sweepDirectUploads } from './direct-to-cloud.js'
+import { sweepResumable } from './resumable.js'
 import { TMP_PREFIX } from './temporary.js'
 
 /**
@@ -36,11 +37,14 @@ export async function dropBlob(ctx: ServiceContext, b: BlobRecord): Promise<void
 }
 
 /**
- * Removes expired temporary files (older than `tmp-ttl`), partial files of interrupted writes older than
+ * Removes expired temporary files (older than `tmp-ttl`), unfinished resumable uploads created before
+ * that, partial files of interrupted writes older than
  * that, and retries the physical deletion of files whose last record went (or that were never
  * attached: pending blobs of saves nobody retried). Safe to run on several instances at once.
  */
-export async function sweep(ctx: ServiceContext): Promise<{ temporaryFiles: number; blobs: number; partialFiles: number }> {
+export async function sweep(
+  ctx: ServiceContext,
+): Promise<{ temporaryFiles: number; resumableUploads: number; blobs: number; partialFiles: number }> {
   const s = ctx.stores
   const cutoff = new Date(ctx.now().getTime() - ctx.config.tmpTtl)
   // What interrupted writes left (a local store's `.partial` files of a crash), in every store that can tell.
@@ -60,6 +64,8 @@ export async function sweep(ctx: ServiceContext): Promise<{ temporaryFiles: numb
     }
   }
   temporaryFiles += await sweepDirectUploads(ctx, cutoff)
+  // Unfinished resumable uploads (`_tus/{name}/`) created before the cutoff.
+  const resumableUploads = await sweepResumable(ctx, cutoff)
   let blobs = 0
   for (;;) {
     const dead = await ctx.repo.listDeadBlobs(cutoff.toISOString(), 100)
@@ -70,5 +76,5 @@ export async function sweep(ctx: ServiceContext): Promise<{ temporaryFiles: numb
     }
     if (dead.length < 100) break
   }
-  return { temporaryFiles, blobs, partialFiles }
+  return { temporaryFiles, resumableUploads, blobs, partialFiles }
 }

@@ -146,54 +146,64 @@ export async function completeTemporaryUpload(
   access: AccessContext,
 ): Promise<TemporaryItem[]> {
   try {
-    const { category, refDomain, refCategory, requestFilters } = uploadTarget(ctx, input)
+    const target = uploadTarget(ctx, input)
     const items: TemporaryItem[] = []
-    for (const f of files) {
-      const checked = await screen(ctx, f, category, requestFilters)
-      if ('error' in checked) {
-        items.push(checked)
-        continue
-      }
-      const { type } = checked
-      const meta: TmpMeta = {
-        name: f.name,
-        displayName: f.displayName,
-        size: f.size,
-        type,
-        sha256: f.sha256,
-        refDomain,
-        refCategory,
-        createdBy: access.user?.id ?? null,
-        createdDt: ctx.now().toISOString(),
-      }
-      await ctx.stores.tmpStore.put(tmpMetaKey(f.name), Buffer.from(JSON.stringify(meta)), { contentType: 'application/json' })
-      ctx.events.emit('uploaded', {
-        kind: 'temporary',
-        refDomain,
-        refCategory,
-        name: f.name,
-        savedDir: null,
-        displayName: f.displayName,
-        size: f.size,
-        type,
-        sha256: f.sha256,
-        user: access.user,
-      })
-      items.push({
-        name: f.name,
-        displayName: f.displayName,
-        size: f.size,
-        type,
-        url: null,
-        thumbnailUrl: null,
-        deleteUrl: null,
-        deleteType: 'DELETE',
-      })
-    }
+    for (const f of files) items.push(await keepTemporary(ctx, f, target, access))
     return items
   } catch (err) {
     await discardReceived(ctx, files)
     throw err
+  }
+}
+
+/**
+ * One received file through its category's filters into the temporary area: its sidecar written and
+ * `uploaded` emitted, or, refused, removed and answered with `error`. The multipart temporary upload
+ * and the completion of a resumable upload both end here.
+ */
+export async function keepTemporary(
+  ctx: ServiceContext,
+  f: ReceivedFile,
+  target: ReturnType<typeof uploadTarget>,
+  access: AccessContext,
+): Promise<TemporaryItem> {
+  const { category, refDomain, refCategory, requestFilters } = target
+  const checked = await screen(ctx, f, category, requestFilters)
+  if ('error' in checked) return checked
+  const { type } = checked
+  const meta: TmpMeta = {
+    name: f.name,
+    displayName: f.displayName,
+    size: f.size,
+    type,
+    sha256: f.sha256,
+    refDomain,
+    refCategory,
+    createdBy: access.user?.id ?? null,
+    createdDt: ctx.now().toISOString(),
+  }
+  await ctx.stores.tmpStore.put(tmpMetaKey(f.name), Buffer.from(JSON.stringify(meta)), { contentType: 'application/json' })
+  ctx.events.emit('uploaded', {
+    kind: 'temporary',
+    refDomain,
+    refCategory,
+    name: f.name,
+    savedDir: null,
+    displayName: f.displayName,
+    size: f.size,
+    type,
+    sha256: f.sha256,
+    user: access.user,
+  })
+  return {
+    name: f.name,
+    displayName: f.displayName,
+    size: f.size,
+    type,
+    url: null,
+    thumbnailUrl: null,
+    deleteUrl: null,
+    deleteType: 'DELETE',
   }
 }
 

@@ -1,0 +1,196 @@
+/**
+ * Resumable uploads, tus 1.0 (https://tus.io/protocols/resumable-upload) at `{api-prefix}/attach/tus`
+ * with the extensions creation, creation-with-upload, creation-defer-length, termination and expiration.
+ * The upload's id (the last segment of `Location`) is the temporary file's `name`. Errors answer
+ * `{code, message}` (HEAD: the status alone), always with `Tus-Resumable`.
+ */
+import { Readable } from 'node:stream'
+import * as v from 'valibot'
+import { AttachStorageError, badRequest } from '../../errors.js'
+import { appendResumable, createResumable, type ResumableStatus, resumableStatus, terminateResumable } from '../../service/resumable.js'
+import { SAVED_NAME } from '../../service/layout.js'
+import { answeredError } from '../respond.js'
+import { defineRoute, noRoute, type Route, type RouteEnv } from '../router.js'
+
+const TUS_VERSION = '1.0.0'
+const EXTENSIONS = 'creation,creation-with-upload,creation-defer-length,termination,expiration'
+const OCTETS = 'application/offset+octet-stream'
+
+const IdParams = v.object({ id: v.pipe(v.string(), v.regex(SAVED_NAME)) })
+
+/** A tus header holding a non-negative integer; 400 when present and malformed. */
+function integerHeader(request: Request, name: string): number | undefined {
+  const raw = request.headers.get(name)
+  if (raw === null) return undefined
+  if (!/^\d{1,16}$/.test(raw.trim())) throw badRequest(`${name} must be a non-negative integer`)
+  return Number(raw.trim())
+}
+
+/** `Upload-Metadata`: comma-separated `key base64value` pairs. */
+export function parseMetadata(raw: string | null): Record<string, string> {
+  const out: Record<string, string> = {}
+  if (!raw) return out
+  for (const pair of raw.split(',')) {
+    const [key, value, extra] = pair.trim().split(' ')
+    if (!key || extra !== undefined || (value !== undefined && !/^[A-Za-z0-9+/]*={0,2}$/.test(value))) {
+      throw badRequest('Upload-Metadata is malformed')
+    }
+    out[key] = value === undefined ? '' : Buffer.from(value, 'base64').toString('utf8')
+  }
+  return out
+}
+
+function headersOf(status: Partial<ResumableStatus>): Headers {
+  const h = new Headers({ 'tus-resumable': TUS_VERSION, 'cache-control': 'no-store' })
+  if (status.offset !== undefined) h.set('upload-offset', String(status.offset))
+  if (status.length !== undefined) {
+    if (status.length === null) h.set('upload-defer-length', '1')
+    else h.set('upload-length', String(status.length))
+  }
+  if (status.expires && !status.done) h.set('upload-expires', status.expires.toUTCString())
+  return h
+}
+
+const bodies = new WeakMap<Request, Readable>()
+/** The request's bytes as a Node stream (one per request), or null without a body. */
+function bodyOf(request: Request): Readable | null {
+  if (!request.body) return null
+  let b = bodies.get(request)
+  if (!b) {
+    b = Readable.fromWeb(request.body as import('node:stream/web').ReadableStream)
+    bodies.set(request, b)
+  }
+  return b
+}
+
+/** Runs a tus handler: the resumable switch, `Tus-Resumable`, and errors with the tus headers. */
+function tus(handle: (env: RouteEnv, id: string) => Promise<Response>, options: { versionFree?: boolean } = {}) {
+  return async (input: { params: unknown }, env: RouteEnv): Promise<Response> => {
+    if (!env.ctx.config.resumable.enabled) throw noRoute()
+    try {
+      if (!options.versionFree && env.request.headers.get('tus-resumable') !== TUS_VERSION) {
+        throw new AttachStorageError('bad-request', `Tus-Resumable ${TUS_VERSION} is required`, {
+          status: 412,
+          headers: { 'tus-version': TUS_VERSION },
+        })
+      }
+      return await handle(env, (input.params as { id?: string } | undefined)?.id ?? '')
+    } catch (err) {
+      // Bytes not read are not waited for.
+      const b = bodies.get(env.request)
+      if (b) b.destroy()
+      else if (env.request.body && !env.request.bodyUsed) await env.request.body.cancel().catch(() => undefined)
+      const e = answeredError(err, env.ctx.logger)
+      const res = e.toResponse({ 'tus-resumable': TUS_VERSION })
+      return env.request.method === 'HEAD' ? new Response(null, { status: res.status, headers: res.headers }) : res
+    }
+  }
+}
+
+const options = tus(
+  async (env) =>
+    new Response(null, {
+      status: 204,
+      headers: {
+        'tus-resumable': TUS_VERSION,
+        'tus-version': TUS_VERSION,
+        'tus-extension': EXTENSIONS,
+        'tus-max-size': String(env.ctx.config.upload.maxFileSize),
+      },
+    }),
+  { versionFree: true },
+)
+
+const unsupported = () => new AttachStorageError('unsupported-media-type', `The body must be ${OCTETS}`, { status: 415 })
+const isOctets = (request: Request) => (request.headers.get('content-type') ?? '').split(';')[0]!.trim().toLowerCase() === OCTETS
+
+/** PATCH: the bytes at `Upload-Offset`. */
+async function append(env: RouteEnv, id: string): Promise<Response> {
+  const r = env.request
+  if (!isOctets(r)) throw unsupported()
+  const offset = integerHeader(r, 'upload-offset')
+  if (offset === undefined) throw badRequest('Upload-Offset is required')
+  const status = await appendResumable(
+    env.ctx,
+    id,
+    {
+      offset,
+      body: bodyOf(r),
+      contentLength: integerHeader(r, 'content-length'),
+      length: integerHeader(r, 'upload-length'),
+      signal: r.signal,
+    },
+    env.access,
+  )
+  return new Response(null, { status: 204, headers: headersOf({ ...status, length: undefined }) })
+}
+
+/** DELETE: the upload goes, finished or not. */
+async function terminate(env: RouteEnv, id: string): Promise<Response> {
+  await terminateResumable(env.ctx, id, env.access)
+  return new Response(null, { status: 204, headers: { 'tus-resumable': TUS_VERSION } })
+}
+
+/** The routes, in the order they are tried. */
+export const tusRoutes: Route[] = [
+  defineRoute({ method: 'OPTIONS', path: 'attach/tus', handle: options }),
+  defineRoute({ method: 'OPTIONS', path: 'attach/tus/:id', params: IdParams, handle: options }),
+  defineRoute({
+    method: 'POST',
+    path: 'attach/tus',
+    handle: tus(async (env) => {
+      const r = env.request
+      const length = integerHeader(r, 'upload-length')
+      const deferred = r.headers.get('upload-defer-length')
+      if (length === undefined && deferred !== '1') throw badRequest('Upload-Length or Upload-Defer-Length: 1 is required')
+      if (length !== undefined && deferred !== null) throw badRequest('Upload-Length and Upload-Defer-Length exclude each other')
+      const meta = parseMetadata(r.headers.get('upload-metadata'))
+      const filename = meta.filename ?? meta.name
+      if (!filename) throw badRequest('Upload-Metadata needs filename')
+      if (!meta.refDomain) throw badRequest('Upload-Metadata needs refDomain')
+      const contentLength = integerHeader(r, 'content-length')
+      const withBytes = isOctets(r)
+      if (!withBytes && r.body && contentLength !== 0) {
+        // A body that is not the upload's bytes.
+        if (contentLength !== undefined || r.headers.get('content-type')) throw unsupported()
+      }
+      let status = await createResumable(
+        env.ctx,
+        { length, filename, refDomain: meta.refDomain, refCategory: meta.refCategory || 'default' },
+        env.access,
+      )
+      const location = `${env.ctx.config.apiPrefix}/attach/tus/${status.name}`
+      if ((withBytes && r.body) || length === 0) {
+        status = await appendResumable(
+          env.ctx,
+          status.name,
+          { offset: 0, body: withBytes ? bodyOf(r) : null, contentLength, signal: r.signal },
+          env.access,
+        )
+      }
+      const h = headersOf({ ...status, length: undefined })
+      h.set('location', location)
+      return new Response(null, { status: 201, headers: h })
+    }),
+  }),
+  defineRoute({
+    method: 'HEAD',
+    path: 'attach/tus/:id',
+    params: IdParams,
+    handle: tus(async (env, id) => new Response(null, { status: 200, headers: headersOf(await resumableStatus(env.ctx, id, env.access)) })),
+  }),
+  defineRoute({ method: 'PATCH', path: 'attach/tus/:id', params: IdParams, handle: tus(append) }),
+  defineRoute({
+    method: 'POST',
+    path: 'attach/tus/:id',
+    params: IdParams,
+    // `X-HTTP-Method-Override` (tus-js-client's `overridePatchMethod`), for networks that refuse PATCH.
+    handle: tus(async (env, id) => {
+      const method = env.request.headers.get('x-http-method-override')?.toUpperCase()
+      if (method === 'PATCH') return append(env, id)
+      if (method === 'DELETE') return terminate(env, id)
+      throw noRoute()
+    }),
+  }),
+  defineRoute({ method: 'DELETE', path: 'attach/tus/:id', params: IdParams, handle: tus(terminate) }),
+]

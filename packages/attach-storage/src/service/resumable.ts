@@ -1,0 +1,471 @@
+/**
+ * Resumable uploads (tus 1.0): an upload's state lives in the temporary store under `_tus/{name}/`, its
+ * bytes arrive chunk by chunk, and the complete file goes through its category's filters into the
+ * temporary area as `_tmp/{name}` with its sidecar, exactly like a multipart temporary upload.
+ *
+ * The `Store` interface has no append, so on any store each PATCH's bytes are kept as part objects of at
+ * most `resumable.partSize` (`_tus/{name}/{offset}.part`), concatenated by streaming at completion. A
+ * local temporary store appends to one file (`_tus/{name}/data`) instead and renames it into place.
+ * Every step leaves a state from which the client's retry (HEAD, then PATCH) completes the upload.
+ */
+import { createWriteStream } from 'node:fs'
+import { open, stat } from 'node:fs/promises'
+import { dirname } from 'node:path'
+import { Readable, Transform, Writable } from 'node:stream'
+import { pipeline } from 'node:stream/promises'
+import { AttachStorageError, badRequest, forbidden, notFound, tooLarge } from '../errors.js'
+import { createHash, type Hash } from 'node:crypto'
+import { extensionOf } from '../media/sniff.js'
+import { mkdirDurable } from '../stores/local-store.js'
+import { readAll } from '../stores/read-all.js'
+import type { Store } from '../stores/store.js'
+import { sameUser } from './access.js'
+import type { ServiceContext } from './context.js'
+import { ProbeStream, ingest } from './ingest.js'
+import { generateSavedName } from './layout.js'
+import { cleanDisplayName } from './names.js'
+import { readHead, readTmpMeta, type TmpMeta, tmpKey } from './temporary.js'
+import type { AccessContext, ReceivedFile, TemporaryItem } from './types.js'
+import { discardReceived, keepTemporary, uploadTarget } from './uploads.js'
+
+/** The folder of unfinished resumable uploads in the temporary store. */
+export const TUS_PREFIX = '_tus/'
+
+const folder = (name: string) => `${TUS_PREFIX}${name}/`
+const infoKey = (name: string) => `${folder(name)}info.json`
+const dataKey = (name: string) => `${folder(name)}data`
+const partKey = (name: string, offset: number) => `${folder(name)}${String(offset).padStart(15, '0')}.part`
+const PART = /\/(\d{15})\.part$/
+
+/** What is kept of an unfinished upload (`_tus/{name}/info.json`). */
+export interface ResumableInfo {
+  name: string
+  displayName: string
+  refDomain: string
+  refCategory: string
+  /** The declared length; null while deferred (`Upload-Defer-Length`). */
+  length: number | null
+  createdBy: string | number | null
+  createdDt: string
+}
+
+/** Where an upload stands, as HEAD answers it. */
+export interface ResumableStatus {
+  name: string
+  offset: number
+  length: number | null
+  /** When an unfinished upload expires (`tmp-ttl` after its creation); the temporary file's own when complete. */
+  expires: Date
+  /** The temporary file once the upload is complete. */
+  done?: TmpMeta
+}
+
+/** What a PATCH (or a creation with bytes) answers. */
+export interface AppendResult extends ResumableStatus {
+  /** The temporary file, when this request completed the upload. */
+  item?: TemporaryItem
+}
+
+/** The creation's input: the parsed `Upload-Metadata` and `Upload-Length`. */
+export interface CreateInput {
+  /** `Upload-Length`; undefined for `Upload-Defer-Length: 1`. */
+  length: number | undefined
+  filename: string
+  refDomain: string
+  refCategory: string
+}
+
+/** The running sha256 of local uploads whose every byte went through this process, by name (bounded). */
+const hashes = new Map<string, { offset: number; hash: Hash }>()
+const MAX_HASHES = 1000
+function remember(name: string, offset: number, hash: Hash): void {
+  hashes.set(name, { offset, hash })
+  if (hashes.size > MAX_HASHES) hashes.delete(hashes.keys().next().value!)
+}
+
+/** One running request per upload in this process: a HEAD after a dropped PATCH sees its last byte. */
+const locks = new Map<string, Promise<unknown>>()
+async function withLock<T>(name: string, fn: () => Promise<T>): Promise<T> {
+  const before = locks.get(name) ?? Promise.resolve()
+  const run = before.then(fn, fn)
+  const tail = run.catch(() => undefined)
+  locks.set(name, tail)
+  try {
+    return await run
+  } finally {
+    if (locks.get(name) === tail) locks.delete(name)
+  }
+}
+
+/** The local file of a key when the temporary store is a local disk (the append path), else undefined. */
+function localFile(ctx: ServiceContext, key: string): string | undefined {
+  const tmp = ctx.stores.tmpStore
+  return tmp.type === 'local' && tmp.localPath ? tmp.localPath(key) : undefined
+}
+
+async function readInfo(tmp: Store, name: string): Promise<ResumableInfo | undefined> {
+  try {
+    return JSON.parse((await readAll(await tmp.get(infoKey(name)))).toString('utf8')) as ResumableInfo
+  } catch (err) {
+    if (err instanceof AttachStorageError && err.code === 'not-found') return undefined
+    throw err
+  }
+}
+
+const expiresOf = (ctx: ServiceContext, createdDt: string) => new Date(Date.parse(createdDt) + ctx.config.tmpTtl)
+
+/** The part objects of an upload in order, and the offset their unbroken run from 0 reaches. */
+async function partsOf(tmp: Store, name: string): Promise<{ parts: Array<{ key: string; start: number; size: number }>; offset: number }> {
+  const parts: Array<{ key: string; start: number; size: number }> = []
+  for await (const e of tmp.list(folder(name))) {
+    const m = PART.exec(e.key)
+    if (m) parts.push({ key: e.key, start: Number(m[1]), size: e.size })
+  }
+  parts.sort((a, b) => a.start - b.start)
+  let offset = 0
+  const run: typeof parts = []
+  for (const p of parts) {
+    if (p.start !== offset) break
+    run.push(p)
+    offset += p.size
+  }
+  return { parts: run, offset }
+}
+
+async function offsetOf(ctx: ServiceContext, name: string): Promise<number> {
+  const tmp = ctx.stores.tmpStore
+  const file = localFile(ctx, dataKey(name))
+  if (!file) return (await partsOf(tmp, name)).offset
+  const size = await stat(file).then(
+    (s) => s.size,
+    () => undefined,
+  )
+  if (size !== undefined) return size
+  // Renamed into the temporary area by a completion that a crash interrupted.
+  return (await tmp.exists(tmpKey(name))) ? (await tmp.stat(tmpKey(name))).size : 0
+}
+
+/** Removes an upload's folder: its info first (what is left without it is only swept), then its bytes. */
+async function dropFolder(ctx: ServiceContext, name: string): Promise<void> {
+  const tmp = ctx.stores.tmpStore
+  hashes.delete(name)
+  await tmp.delete(infoKey(name))
+  for await (const e of tmp.list(folder(name))) await tmp.delete(e.key)
+}
+
+/** Creates an upload: checks its target and size, keeps its info. Resolves with its name (the tus id). */
+export async function createResumable(ctx: ServiceContext, input: CreateInput, access: AccessContext): Promise<ResumableStatus> {
+  const max = ctx.config.upload.maxFileSize
+  if (input.length !== undefined && input.length > max) throw tooLarge(`Upload-Length is larger than the limit of ${max} bytes`)
+  uploadTarget(ctx, { refDomain: input.refDomain, refCategory: input.refCategory })
+  const displayName = cleanDisplayName(input.filename)
+  const name = generateSavedName(extensionOf(displayName))
+  const info: ResumableInfo = {
+    name,
+    displayName,
+    refDomain: input.refDomain,
+    refCategory: input.refCategory,
+    length: input.length ?? null,
+    createdBy: access.user?.id ?? null,
+    createdDt: ctx.now().toISOString(),
+  }
+  const file = localFile(ctx, dataKey(name))
+  if (file) {
+    await mkdirDurable(dirname(file))
+    await (await open(file, 'a')).close()
+  }
+  await ctx.stores.tmpStore.put(infoKey(name), Buffer.from(JSON.stringify(info)), { contentType: 'application/json' })
+  return { name, offset: 0, length: info.length, expires: expiresOf(ctx, info.createdDt) }
+}
+
+/** The caller's upload and where it stands: 404 unknown or expired, 403 another user's. */
+async function find(ctx: ServiceContext, name: string, access: AccessContext): Promise<{ info?: ResumableInfo; status: ResumableStatus }> {
+  const mine = (createdBy: unknown) => ((createdBy ?? null) === null ? access.user === null : sameUser(createdBy, access.user?.id))
+  const done = await readTmpMeta(ctx, name)
+  if (done) {
+    if (!mine(done.createdBy)) throw forbidden('This upload belongs to another user')
+    // Completed, but a crash kept its folder: it goes now.
+    if (await ctx.stores.tmpStore.exists(infoKey(name))) await dropFolder(ctx, name)
+    return { status: { name, offset: done.size, length: done.size, expires: expiresOf(ctx, done.createdDt), done } }
+  }
+  const info = await readInfo(ctx.stores.tmpStore, name)
+  if (!info) throw notFound('No such upload (unknown, expired or refused)')
+  if (!mine(info.createdBy)) throw forbidden('This upload belongs to another user')
+  const expires = expiresOf(ctx, info.createdDt)
+  if (expires.getTime() <= ctx.now().getTime()) throw notFound('This upload has expired')
+  return { info, status: { name, offset: await offsetOf(ctx, name), length: info.length, expires } }
+}
+
+/**
+ * Where an upload stands (HEAD). An upload whose bytes are all in but whose completion was interrupted
+ * (a crash) is completed now; a refusal by the filters then leaves nothing and answers 404.
+ */
+export function resumableStatus(ctx: ServiceContext, name: string, access: AccessContext): Promise<ResumableStatus> {
+  return withLock(name, async () => {
+    const { info, status } = await find(ctx, name, access)
+    if (info && info.length !== null && status.offset === info.length) {
+      try {
+        return await complete(ctx, info, access)
+      } catch (err) {
+        if (err instanceof AttachStorageError && err.status === 400) throw notFound(`The upload was refused: ${err.message}`)
+        throw err
+      }
+    }
+    return status
+  })
+}
+
+/** Removes an upload, finished or not (DELETE, the termination extension). */
+export function terminateResumable(ctx: ServiceContext, name: string, access: AccessContext): Promise<void> {
+  return withLock(name, async () => {
+    const { status } = await find(ctx, name, access)
+    if (status.done) await discardReceived(ctx, [{ name } as ReceivedFile])
+    await dropFolder(ctx, name)
+  })
+}
+
+/**
+ * Appends a PATCH's bytes at `offset` (409 when it is not the upload's offset). Bytes past the declared
+ * length, or past `upload.max-file-size` while the length is deferred, answer 413 and remove the upload.
+ * The last byte completes it: the file is checked by its category's filters (a refusal answers 400 with
+ * the filter's code and leaves nothing).
+ */
+export function appendResumable(
+  ctx: ServiceContext,
+  name: string,
+  input: { offset: number; body: Readable | null; contentLength?: number; length?: number; signal?: AbortSignal },
+  access: AccessContext,
+): Promise<AppendResult> {
+  return withLock(name, async () => {
+    let { info, status } = await find(ctx, name, access)
+    if (status.done || !info) {
+      if (input.offset === status.offset && !input.contentLength) return status
+      throw conflict(status.offset)
+    }
+    if (input.offset !== status.offset) throw conflict(status.offset)
+    const max = ctx.config.upload.maxFileSize
+    if (input.length !== undefined) {
+      if (info.length !== null && info.length !== input.length) throw badRequest('Upload-Length cannot change')
+      if (input.length > max) {
+        await dropFolder(ctx, name)
+        throw tooLarge(`Upload-Length is larger than the limit of ${max} bytes`)
+      }
+      if (input.length < status.offset) throw badRequest('Upload-Length is smaller than the bytes received')
+      if (info.length === null) {
+        info = { ...info, length: input.length }
+        await ctx.stores.tmpStore.put(infoKey(name), Buffer.from(JSON.stringify(info)), { contentType: 'application/json' })
+      }
+    }
+    const limit = info.length ?? max
+    const over = () =>
+      tooLarge(
+        info.length === null
+          ? `The upload is larger than the limit of ${max} bytes`
+          : `The upload is longer than its Upload-Length of ${limit} bytes`,
+      )
+    if (input.contentLength !== undefined && status.offset + input.contentLength > limit) {
+      await dropFolder(ctx, name)
+      throw over()
+    }
+    let offset = status.offset
+    if (input.body) {
+      try {
+        offset = await write(ctx, name, offset, input.body, limit - offset, over, input.signal)
+      } catch (err) {
+        if (err instanceof AttachStorageError && err.code === 'too-large') await dropFolder(ctx, name)
+        throw err
+      }
+    }
+    if (info.length !== null && offset === info.length) {
+      return { ...(await complete(ctx, info, access)), offset }
+    }
+    return { ...status, offset, length: info.length }
+  })
+}
+
+const conflict = (offset: number) =>
+  new AttachStorageError('conflict', `Upload-Offset does not match the upload's offset ${offset}`, { status: 409 })
+
+/** A pass-through failing with `over()` once more than `room` bytes have flowed. */
+async function* bounded(source: AsyncIterable<Buffer>, room: number, over: () => Error): AsyncGenerator<Buffer> {
+  let n = 0
+  for await (const chunk of source) {
+    n += chunk.length
+    if (n > room) throw over()
+    yield chunk
+  }
+}
+
+/** Stores a PATCH's bytes after `offset`; resolves with the new offset. */
+async function write(
+  ctx: ServiceContext,
+  name: string,
+  offset: number,
+  body: Readable,
+  room: number,
+  over: () => Error,
+  signal?: AbortSignal,
+): Promise<number> {
+  const file = localFile(ctx, dataKey(name))
+  if (file) {
+    // The local path: append to one file. What arrived before a dropped connection stays (the offset).
+    // The running sha256 is kept in memory while every byte so far went through it; the completion
+    // then need not read the file again (after a restart, it does).
+    const known = hashes.get(name)
+    hashes.delete(name)
+    const hash = known && known.offset === offset ? known.hash : offset === 0 ? createHash('sha256') : undefined
+    let seen = 0
+    const meter = new Transform({
+      transform(chunk: Buffer, _enc, cb) {
+        seen += chunk.length
+        if (seen > room) return cb(over())
+        hash?.update(chunk)
+        cb(null, chunk)
+      },
+    })
+    const out = createWriteStream(file, { flags: 'a', highWaterMark: 1024 * 1024 })
+    // A body that fails (the client went away) ends the file normally, so every byte that arrived is kept.
+    let dropped: unknown
+    async function* arrived(): AsyncGenerator<Buffer> {
+      try {
+        for await (const chunk of body) yield chunk as Buffer
+      } catch (err) {
+        dropped = err
+      }
+    }
+    await pipeline(arrived(), meter, out)
+    const fh = await open(file, 'r+')
+    try {
+      await fh.sync()
+    } finally {
+      await fh.close()
+    }
+    // Every byte seen is in the file (the pipeline ended normally): the running hash stays valid.
+    if (hash) remember(name, offset + seen, hash)
+    if (dropped) {
+      ctx.logger.info(`attach-storage: resumable upload ${name} interrupted at ${offset + seen}`)
+      throw dropped
+    }
+    return offset + seen
+  }
+  const source = bounded(body, room, over)
+  // Any store: part objects of at most partSize; a dropped connection loses only the part being written.
+  const { partSize, maxParts } = ctx.config.resumable
+  const tmp = ctx.stores.tmpStore
+  const { parts } = await partsOf(tmp, name)
+  let count = parts.length
+  const it = source[Symbol.asyncIterator]()
+  let pending: Buffer | undefined
+  let ended = false
+  const next = async (): Promise<Buffer | undefined> => {
+    if (pending) {
+      const p = pending
+      pending = undefined
+      return p
+    }
+    if (ended) return undefined
+    const r = await it.next()
+    if (r.done) {
+      ended = true
+      return undefined
+    }
+    return r.value
+  }
+  for (;;) {
+    const first = await next()
+    if (!first) break
+    if (first.length === 0) continue
+    if (count >= maxParts) throw badRequest(`An upload holds at most ${maxParts} chunks; send larger chunks`)
+    pending = first
+    let size = 0
+    async function* part(): AsyncGenerator<Buffer> {
+      while (size < partSize) {
+        const chunk = await next()
+        if (!chunk) return
+        const take = Math.min(chunk.length, partSize - size)
+        if (take < chunk.length) pending = chunk.subarray(take)
+        size += take
+        yield chunk.subarray(0, take)
+      }
+    }
+    await tmp.put(partKey(name, offset), Readable.from(part(), { objectMode: false }), { signal })
+    offset += size
+    count++
+  }
+  return offset
+}
+
+/**
+ * Completes an upload whose bytes are all in: assembles `_tmp/{name}` (a rename on the local path, a
+ * streamed concatenation of the parts otherwise; skipped when a crash left it assembled), runs the
+ * filters, writes the sidecar, then removes the folder. Idempotent step by step.
+ */
+async function complete(ctx: ServiceContext, info: ResumableInfo, access: AccessContext): Promise<ResumableStatus> {
+  const tmp = ctx.stores.tmpStore
+  const { name } = info
+  const length = info.length!
+  let probe: { size: number; sha256: string; head: Uint8Array }
+  const file = localFile(ctx, dataKey(name))
+  if (
+    file &&
+    (await stat(file).then(
+      () => true,
+      () => false,
+    ))
+  )
+    await tmp.move(dataKey(name), tmpKey(name))
+  const known = hashes.get(name)
+  hashes.delete(name)
+  if (known && known.offset === length && (await tmp.exists(tmpKey(name))) && (await tmp.stat(tmpKey(name))).size === length) {
+    probe = { size: length, sha256: known.hash.digest('hex'), head: await readHead(tmp, tmpKey(name)) }
+  } else if (await tmp.exists(tmpKey(name))) {
+    const p = new ProbeStream(length)
+    await pipeline(await tmp.get(tmpKey(name)), p, new Writable({ write: (_chunk, _enc, cb) => cb() }))
+    probe = p.result()
+  } else {
+    const { parts, offset } = await partsOf(tmp, name)
+    if (offset !== length) throw notFound('The upload is incomplete')
+    async function* concat(): AsyncGenerator<Buffer> {
+      for (const part of parts) yield* (await tmp.get(part.key)) as AsyncIterable<Buffer>
+    }
+    probe = await ingest(tmp, tmpKey(name), Readable.from(concat(), { objectMode: false }), { maxSize: length })
+  }
+  if (probe.size !== length) {
+    await discardReceived(ctx, [{ name } as ReceivedFile])
+    throw notFound('The upload is incomplete')
+  }
+  const received: ReceivedFile = { name, displayName: info.displayName, extension: extensionOf(info.displayName), ...probe }
+  const target = uploadTarget(ctx, { refDomain: info.refDomain, refCategory: info.refCategory })
+  await ctx.testPause?.('tus-assembled', access.request)
+  const item = await keepTemporary(ctx, received, target, access)
+  await ctx.testPause?.('tus-kept', access.request)
+  await dropFolder(ctx, name)
+  if ('error' in item) throw badRequest(item.error.message, item.error.code)
+  const done = await readTmpMeta(ctx, name)
+  return { name, offset: length, length, expires: expiresOf(ctx, done?.createdDt ?? ctx.now().toISOString()), done, item } as AppendResult
+}
+
+/**
+ * The sweep's part: removes unfinished uploads created before `cutoff` (and folders a crash left
+ * without their info). Answers how many went.
+ */
+export async function sweepResumable(ctx: ServiceContext, cutoff: Date): Promise<number> {
+  const tmp = ctx.stores.tmpStore
+  const byName = new Map<string, { info?: Date; newest: Date }>()
+  for await (const e of tmp.list(TUS_PREFIX)) {
+    const name = e.key.slice(TUS_PREFIX.length).split('/')[0]!
+    const g = byName.get(name) ?? { newest: new Date(0) }
+    if (e.key === infoKey(name)) g.info = e.lastModified
+    if (e.lastModified > g.newest) g.newest = e.lastModified
+    byName.set(name, g)
+  }
+  let n = 0
+  for (const [name, g] of byName) {
+    if ((g.info ?? g.newest) >= cutoff) continue
+    const info = g.info ? await readInfo(tmp, name) : undefined
+    if (info && Date.parse(info.createdDt) >= cutoff.getTime()) continue
+    await dropFolder(ctx, name)
+    n++
+  }
+  return n
+}
