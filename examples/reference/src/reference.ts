@@ -86,6 +86,7 @@ export const TUS_RESPONSE_HEADERS = [
   'Tus-Version',
   'Tus-Extension',
   'Tus-Max-Size',
+  'Tus-Checksum-Algorithm',
   'Upload-Offset',
   'Upload-Length',
   'Upload-Defer-Length',

@@ -46,6 +46,7 @@ export type AttachErrorCode =
   | 'bad-key'
   | 'bad-request'
   | 'busy'
+  | 'checksum-mismatch'
   | 'config-invalid'
   | 'conflict'
   | 'forbidden'

@@ -66,6 +66,18 @@ export interface AppendResult extends ResumableStatus {
   item?: TemporaryItem
 }
 
+/** A request's `Upload-Checksum` (tus's checksum extension): the digest its bytes must have. */
+export interface Checksum {
+  algorithm: 'sha1' | 'sha256' | 'md5'
+  digest: Buffer
+}
+
+/** 460, as tus's checksum extension answers bytes whose digest is not the declared one (they are not kept). */
+const checksumMismatch = (algorithm: string) =>
+  new AttachStorageError('checksum-mismatch', `The bytes do not have the ${algorithm} of Upload-Checksum; they were not kept`, {
+    status: 460,
+  })
+
 /** The creation's input: the parsed `Upload-Metadata` and `Upload-Length`. */
 export interface CreateInput {
   /** `Upload-Length`; undefined for `Upload-Defer-Length: 1`. */
@@ -233,7 +245,7 @@ export function terminateResumable(ctx: ServiceContext, name: string, access: Ac
 export function appendResumable(
   ctx: ServiceContext,
   name: string,
-  input: { offset: number; body: Readable | null; contentLength?: number; length?: number; signal?: AbortSignal },
+  input: { offset: number; body: Readable | null; contentLength?: number; length?: number; checksum?: Checksum; signal?: AbortSignal },
   access: AccessContext,
 ): Promise<AppendResult> {
   return withLock(name, async () => {
@@ -270,7 +282,7 @@ export function appendResumable(
     let offset = status.offset
     if (input.body) {
       try {
-        offset = await write(ctx, name, offset, input.body, limit - offset, over, input.signal)
+        offset = await write(ctx, name, offset, input.body, limit - offset, over, input.checksum, input.signal)
       } catch (err) {
         if (err instanceof AttachStorageError && err.code === 'too-large') await dropFolder(ctx, name)
         throw err
@@ -296,7 +308,10 @@ async function* bounded(source: AsyncIterable<Buffer>, room: number, over: () =>
   }
 }
 
-/** Stores a PATCH's bytes after `offset`; resolves with the new offset. */
+/**
+ * Stores a PATCH's bytes after `offset`; resolves with the new offset. With a `checksum`, the bytes are
+ * kept only whole and with that digest: a mismatch (460) or a dropped connection takes them all back.
+ */
 async function write(
   ctx: ServiceContext,
   name: string,
@@ -304,8 +319,11 @@ async function write(
   body: Readable,
   room: number,
   over: () => Error,
+  checksum?: Checksum,
   signal?: AbortSignal,
 ): Promise<number> {
+  const digest = checksum ? createHash(checksum.algorithm) : undefined
+  const matches = () => digest!.digest().equals(checksum!.digest)
   const file = localFile(ctx, dataKey(name))
   if (file) {
     // The local path: append to one file. What arrived before a dropped connection stays (the offset).
@@ -320,6 +338,7 @@ async function write(
         seen += chunk.length
         if (seen > room) return cb(over())
         hash?.update(chunk)
+        digest?.update(chunk)
         cb(null, chunk)
       },
     })
@@ -334,11 +353,19 @@ async function write(
       }
     }
     await pipeline(arrived(), meter, out)
+    // With a checksum, only whole bytes of that digest stay: anything else is cut off again.
+    const refused = checksum !== undefined && (dropped !== undefined || !matches())
     const fh = await open(file, 'r+')
     try {
+      if (refused) await fh.truncate(offset)
       await fh.sync()
     } finally {
       await fh.close()
+    }
+    if (refused) {
+      // The running hash took bytes the file no longer holds: the completion reads the file instead.
+      if (dropped) throw dropped
+      throw checksumMismatch(checksum.algorithm)
     }
     // Every byte seen is in the file (the pipeline ended normally): the running hash stays valid.
     if (hash) remember(name, offset + seen, hash)
@@ -348,12 +375,14 @@ async function write(
     }
     return offset + seen
   }
-  const source = bounded(body, room, over)
+  const source = digested(bounded(body, room, over), digest)
   // Any store: part objects of at most partSize; a dropped connection loses only the part being written.
   const { partSize, maxParts } = ctx.config.resumable
   const tmp = ctx.stores.tmpStore
   const { parts } = await partsOf(tmp, name)
   let count = parts.length
+  /** The parts this request wrote (taken back when its checksum fails). */
+  const written: string[] = []
   const it = source[Symbol.asyncIterator]()
   let pending: Buffer | undefined
   let ended = false
@@ -388,11 +417,30 @@ async function write(
         yield chunk.subarray(0, take)
       }
     }
-    await tmp.put(partKey(name, offset), Readable.from(part(), { objectMode: false }), { signal })
+    const key = partKey(name, offset)
+    try {
+      await tmp.put(key, Readable.from(part(), { objectMode: false }), { signal })
+    } catch (err) {
+      if (checksum) await Promise.all(written.map((k) => tmp.delete(k)))
+      throw err
+    }
+    written.push(key)
     offset += size
     count++
   }
+  if (checksum && !matches()) {
+    await Promise.all(written.map((k) => tmp.delete(k)))
+    throw checksumMismatch(checksum.algorithm)
+  }
   return offset
+}
+
+/** A pass-through feeding `digest` (when there is one) with every chunk. */
+async function* digested(source: AsyncIterable<Buffer>, digest: Hash | undefined): AsyncGenerator<Buffer> {
+  for await (const chunk of source) {
+    digest?.update(chunk)
+    yield chunk
+  }
 }
 
 /**

@@ -283,6 +283,72 @@ for (const variant of ['local append', 'part objects'] as const) {
       expect(Buffer.from(await view.arrayBuffer()).equals(bytes)).toBe(true)
     })
 
+    it('checksum: keeps a PATCH only whole and with the digest of Upload-Checksum (460 otherwise), refuses unknown algorithms', async () => {
+      const options = await kit.call(TUS, { method: 'OPTIONS' })
+      expect(options.headers.get('tus-extension')).toContain('checksum')
+      expect(options.headers.get('tus-checksum-algorithm')).toBe('sha1,sha256,md5')
+      const bytes = randomBytes(200 * 1024)
+      const digest = (algorithm: string, b: Uint8Array) => `${algorithm} ${createHash(algorithm).update(b).digest('base64')}`
+      const first = bytes.subarray(0, 150 * 1024)
+      // The digest of the first part, with creation-with-upload.
+      const res = await create(
+        kit,
+        bytes.length,
+        { filename: 'summed.bin', refDomain: 'demo' },
+        {
+          body: first,
+          headers: { 'upload-checksum': digest('sha256', first) },
+        },
+      )
+      expect(res.status).toBe(201)
+      expect(res.headers.get('upload-offset')).toBe(String(first.length))
+      const location = res.headers.get('location')!
+      const rest = bytes.subarray(first.length)
+      // A digest of other bytes: 460, nothing of them kept, the offset where it was.
+      const wrong = await patch(kit, location, first.length, rest, { headers: { 'upload-checksum': digest('sha1', first) } })
+      expect(wrong.status).toBe(460)
+      expect(await wrong.json()).toMatchObject({ code: 'checksum-mismatch' })
+      expect((await head(kit, location)).headers.get('upload-offset')).toBe(String(first.length))
+      // A dropped PATCH with a checksum keeps nothing either.
+      let i = 0
+      const dropping = new ReadableStream<Uint8Array>({
+        pull(c) {
+          if (i >= 20 * 1024) return c.error(new Error('connection reset'))
+          c.enqueue(new Uint8Array(rest.subarray(i, i + 10 * 1024)))
+          i += 10 * 1024
+        },
+      })
+      const cut = await kit.call(location, {
+        method: 'PATCH',
+        headers: {
+          'tus-resumable': '1.0.0',
+          'content-type': 'application/offset+octet-stream',
+          'upload-offset': String(first.length),
+          'upload-checksum': digest('md5', rest),
+        },
+        body: dropping,
+        duplex: 'half',
+      } as RequestInit)
+      expect(cut.status).toBeGreaterThanOrEqual(400)
+      expect((await head(kit, location)).headers.get('upload-offset')).toBe(String(first.length))
+      // Unknown and malformed: 400, before any byte is kept.
+      for (const value of ['crc32 AAAA', 'sha256', 'sha256 not base64!']) {
+        const bad = await patch(kit, location, first.length, rest, { headers: { 'upload-checksum': value } })
+        expect([value, bad.status, (await bad.json()).code]).toEqual([value, 400, 'bad-request'])
+      }
+      // The right digest: kept, and the upload completes with the right bytes.
+      const ok = await patch(kit, location, first.length, rest, { headers: { 'upload-checksum': digest('md5', rest) } })
+      expect(ok.status).toBe(204)
+      const name = location.split('/').pop()!
+      const [saved] = await kit.storage.commitAttachContainer({
+        refKey: 903,
+        attachContainer: { refDomain: 'demo', default: [{ savedName: name }] },
+        user: { id: '7' },
+      })
+      const view = await kit.call(`/assets/storage/attach/view/${saved!.id}`)
+      expect(Buffer.from(await view.arrayBuffer()).equals(bytes)).toBe(true)
+    })
+
     it('termination removes an unfinished upload; the sweep removes expired ones', async () => {
       const a = await create(kit, 100, { filename: 'a.bin', refDomain: 'demo' })
       const la = a.headers.get('location')!

@@ -1,19 +1,29 @@
 /**
  * Resumable uploads, tus 1.0 (https://tus.io/protocols/resumable-upload) at `{api-prefix}/attach/tus`
- * with the extensions creation, creation-with-upload, creation-defer-length, termination and expiration.
+ * with the extensions creation, creation-with-upload, creation-defer-length, termination, expiration and
+ * checksum (sha1, sha256, md5).
  * The upload's id (the last segment of `Location`) is the temporary file's `name`. Errors answer
  * `{code, message}` (HEAD: the status alone), always with `Tus-Resumable`.
  */
 import { Readable } from 'node:stream'
 import * as v from 'valibot'
 import { AttachStorageError, badRequest } from '../../errors.js'
-import { appendResumable, createResumable, type ResumableStatus, resumableStatus, terminateResumable } from '../../service/resumable.js'
+import {
+  appendResumable,
+  type Checksum,
+  createResumable,
+  type ResumableStatus,
+  resumableStatus,
+  terminateResumable,
+} from '../../service/resumable.js'
 import { SAVED_NAME } from '../../service/layout.js'
 import { answeredError } from '../respond.js'
 import { defineRoute, noRoute, type Route, type RouteEnv } from '../router.js'
 
 const TUS_VERSION = '1.0.0'
-const EXTENSIONS = 'creation,creation-with-upload,creation-defer-length,termination,expiration'
+const EXTENSIONS = 'creation,creation-with-upload,creation-defer-length,termination,expiration,checksum'
+/** The algorithms of `Upload-Checksum` (tus's checksum extension), as `Tus-Checksum-Algorithm` lists them. */
+const CHECKSUM_ALGORITHMS = ['sha1', 'sha256', 'md5'] as const
 const OCTETS = 'application/offset+octet-stream'
 
 const IdParams = v.object({ id: v.pipe(v.string(), v.regex(SAVED_NAME)) })
@@ -38,6 +48,22 @@ export function parseMetadata(raw: string | null): Record<string, string> {
     out[key] = value === undefined ? '' : Buffer.from(value, 'base64').toString('utf8')
   }
   return out
+}
+
+/**
+ * `Upload-Checksum: <algorithm> <base64 digest>` of a request's bytes; undefined without one. 400 for an
+ * algorithm not in {@link CHECKSUM_ALGORITHMS} or a malformed value.
+ */
+function checksumHeader(request: Request): Checksum | undefined {
+  const raw = request.headers.get('upload-checksum')
+  if (raw === null) return undefined
+  const m = /^\s*([A-Za-z0-9-]+) ([A-Za-z0-9+/]+={0,2})\s*$/.exec(raw)
+  if (!m) throw badRequest('Upload-Checksum must be an algorithm and a base64 digest')
+  const algorithm = m[1]!.toLowerCase()
+  if (!(CHECKSUM_ALGORITHMS as readonly string[]).includes(algorithm)) {
+    throw badRequest(`Upload-Checksum algorithm ${m[1]} is not supported; use one of ${CHECKSUM_ALGORITHMS.join(', ')}`)
+  }
+  return { algorithm: algorithm as Checksum['algorithm'], digest: Buffer.from(m[2]!, 'base64') }
 }
 
 function headersOf(status: Partial<ResumableStatus>): Headers {
@@ -96,6 +122,7 @@ const options = tus(
         'tus-version': TUS_VERSION,
         'tus-extension': EXTENSIONS,
         'tus-max-size': String(env.ctx.config.upload.maxFileSize),
+        'tus-checksum-algorithm': CHECKSUM_ALGORITHMS.join(','),
       },
     }),
   { versionFree: true },
@@ -110,6 +137,7 @@ async function append(env: RouteEnv, id: string): Promise<Response> {
   if (!isOctets(r)) throw unsupported()
   const offset = integerHeader(r, 'upload-offset')
   if (offset === undefined) throw badRequest('Upload-Offset is required')
+  const checksum = checksumHeader(r)
   const status = await appendResumable(
     env.ctx,
     id,
@@ -118,6 +146,7 @@ async function append(env: RouteEnv, id: string): Promise<Response> {
       body: bodyOf(r),
       contentLength: integerHeader(r, 'content-length'),
       length: integerHeader(r, 'upload-length'),
+      checksum,
       signal: r.signal,
     },
     env.access,
@@ -149,6 +178,7 @@ export const tusRoutes: Route[] = [
       if (!filename) throw badRequest('Upload-Metadata needs filename')
       if (!meta.refDomain) throw badRequest('Upload-Metadata needs refDomain')
       const contentLength = integerHeader(r, 'content-length')
+      const checksum = checksumHeader(r)
       const withBytes = isOctets(r)
       if (!withBytes && r.body && contentLength !== 0) {
         // A body that is not the upload's bytes.
@@ -164,7 +194,7 @@ export const tusRoutes: Route[] = [
         status = await appendResumable(
           env.ctx,
           status.name,
-          { offset: 0, body: withBytes ? bodyOf(r) : null, contentLength, signal: r.signal },
+          { offset: 0, body: withBytes ? bodyOf(r) : null, contentLength, checksum, signal: r.signal },
           env.access,
         )
       }
