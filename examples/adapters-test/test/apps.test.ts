@@ -391,6 +391,20 @@ for (const name of NAMES) {
       }
     })
 
+    it('answers GET /healthz and GET /readyz without authentication', async () => {
+      const health = await fetch(`${srv.base}/healthz`)
+      const ready = await fetch(`${srv.base}/readyz`)
+      const body = await ready.json()
+      expect([health.status, await health.json(), ready.status, body.status, ready.headers.get('cache-control')]).toEqual([
+        200,
+        { status: 'ok' },
+        200,
+        'ready',
+        'no-store',
+      ])
+      log.health = [health.status, ready.status, body.status, Object.keys(body.stores).sort()]
+    })
+
     it('lists board posts by the list and pagination convention (GET /board)', async () => {
       for (const title of ['L1', 'L2']) expect((await call('/board', { method: 'POST', body: JSON.stringify({ title }) })).status).toBe(201)
       const res = await call('/board?_usePaging=true&currentPage=1&dataPerPage=2&sortBy=id:asc', { headers: { origin: ORIGIN } })

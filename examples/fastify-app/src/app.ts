@@ -65,6 +65,14 @@ export async function createReferenceApp(env: ServerEnv = process.env, logger: L
       scope.get<{ Params: { id: string } }>('/board/:id', (request, reply) =>
         fromWebHandler((r) => ref.getBoard(r, request.params.id))(request, reply),
       )
+      scope.get(
+        '/healthz',
+        fromWebHandler(async () => ref.health.healthz()),
+      )
+      scope.get(
+        '/readyz',
+        fromWebHandler(() => ref.health.readyz()),
+      )
     })
     app.setNotFoundHandler(notFoundHandler)
     await app.ready()

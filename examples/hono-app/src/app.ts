@@ -43,6 +43,8 @@ export async function createReferenceApp(env: ServerEnv = process.env, logger: L
   app.post('/board', (c) => ref.createBoard(c.req.raw))
   app.get('/board', (c) => ref.listBoard(c.req.raw))
   app.get('/board/:id', (c) => ref.getBoard(c.req.raw, c.req.param('id')))
+  app.get('/healthz', () => ref.health.healthz())
+  app.get('/readyz', () => ref.health.readyz())
   app.notFound(() => ref.notFound())
   return { ...ref, app }
 }

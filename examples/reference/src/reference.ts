@@ -6,6 +6,7 @@ import {
   bearerToken,
   createAttachHandler,
   createAttachStorage,
+  createHealthHandlers,
   createJwtVerifier,
   loadConfigFile,
   mergeSettings,
@@ -14,6 +15,7 @@ import {
   type AttachHandler,
   type AttachStorage,
   type AuthUser,
+  type HealthHandlers,
   type FileDescription,
   type Logger,
 } from 'attach-storage'
@@ -61,6 +63,8 @@ export interface Reference {
   listBoard(request: Request): Promise<Response>
   /** CORS settings, or undefined when ATTACH_CORS_ORIGINS is unset. */
   cors: CorsSettings | undefined
+  /** GET /healthz and GET /readyz, without authentication (docs/operations.md). */
+  health: HealthHandlers
   /** The JSON 404 answered for unknown routes. */
   notFound(): Response
   close(): Promise<void>
@@ -366,6 +370,7 @@ export async function createReference(env: ServerEnv = process.env, logger: Logg
     getBoard,
     listBoard,
     cors,
+    health: createHealthHandlers(storage),
     notFound: () => notFound('No such route').toResponse(),
     async close() {
       await storage.close()

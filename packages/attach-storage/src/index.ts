@@ -10,6 +10,8 @@
 // The service and its handlers.
 export { AttachStorage, createAttachStorage, type AttachStorageOptions } from './service/attach-storage.js'
 export { createAttachHandler, readJson, type AttachHandler, type FetchHandler } from './http/handler.js'
+export { createHealthHandlers, type HealthHandlers } from './http/health.js'
+export type { Readiness, ReadinessCheck } from './service/health.js'
 
 // Errors.
 export { AttachStorageError, isAttachError, type AttachErrorCode } from './errors.js'

@@ -292,6 +292,11 @@ export class AttachRepository {
     return row ? mapBlob(row) : null
   }
 
+  /** Asks the database one trivial query (`select 1`); throws when it does not answer. */
+  async ping(): Promise<void> {
+    await sql`select 1 as one`.execute(this.#db)
+  }
+
   /** A live record by id. */
   async findById(id: number): Promise<AttachmentRecord | null> {
     if (!isId(id)) return null

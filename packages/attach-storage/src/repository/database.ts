@@ -252,6 +252,14 @@ async function openPostgres(url: string, load: ImportDriver): Promise<Kysely<any
           : pg.types.getTypeParser(oid, format as 'text')) as typeof pg.types.getTypeParser,
     },
   })
+  // A connection the server drops (a restart, a failover, a network cut) is an 'error' event of its
+  // client, and of the pool when the client was idle; pg then removes that client and the next query
+  // opens a new one, and a query running on it fails by itself. Without listeners the event would end
+  // the process.
+  pool.on('error', () => {})
+  pool.on('connect', (client) => {
+    client.on('error', () => {})
+  })
   return new Kysely<any>({ dialect: new PostgresDialect({ pool }) })
 }
 

@@ -19,6 +19,7 @@ import * as records from './records.js'
 import * as serving from './serving.js'
 import { UrlSigner } from './signing.js'
 import { createStores } from './stores.js'
+import { checkReadiness, type Readiness } from './health.js'
 import {
   type AccessContext,
   accessOf,
@@ -115,6 +116,8 @@ export class AttachStorage {
   readonly #options: AttachStorageOptions
   readonly #events: EventHub
   #ctx: ServiceContext | undefined
+  /** Set by {@link close}: readiness answers "not ready" from then on (a draining instance). */
+  #closing = false
   #ownsDb = false
   #init: Promise<void> | undefined
 
@@ -240,6 +243,7 @@ export class AttachStorage {
 
   /** Closes the database (when opened by the service) and every store. */
   async close(): Promise<void> {
+    this.#closing = true
     if (!this.#init) return
     await this.#init.catch(() => undefined)
     await this.drainEvents()
@@ -415,6 +419,15 @@ export class AttachStorage {
    */
   sweep() {
     return housekeeping.sweep(this.#c)
+  }
+
+  /**
+   * Whether the database and every store answer now (each within `timeoutMs`, default 2 s): what a
+   * readiness probe asks (`createHealthHandlers`). Throws `not-ready` once {@link close} was called.
+   */
+  async readiness(options: { timeoutMs?: number } = {}): Promise<Readiness> {
+    if (this.#closing) throw new AttachStorageError('not-ready', 'The service is closing', { status: 503 })
+    return checkReadiness(this.#c, options)
   }
 }
 
