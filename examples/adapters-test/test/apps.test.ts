@@ -403,6 +403,16 @@ for (const name of NAMES) {
         'no-store',
       ])
       log.health = [health.status, ready.status, body.status, Object.keys(body.stores).sort()]
+      // Prometheus's text format: the service's requests by route (the readyz above is not one of them)
+      // and the process's own metrics.
+      expect((await fetch(`${srv.base}/api/storage/config`)).status).toBe(401)
+      const metrics = await fetch(`${srv.base}/metrics`)
+      const text = await metrics.text()
+      expect(metrics.status).toBe(200)
+      expect(metrics.headers.get('content-type')).toContain('text/plain')
+      expect(text).toMatch(/^attach_storage_requests_total\{[^}]*route="[^"]+"[^}]*\} \d+$/m)
+      expect(text).toMatch(/^process_cpu_user_seconds_total \d/m)
+      log.metrics = [metrics.status, /# TYPE attach_storage_store_calls_total counter/.test(text)]
     })
 
     it('lists board posts by the list and pagination convention (GET /board)', async () => {

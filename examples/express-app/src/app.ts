@@ -46,6 +46,10 @@ export async function createReferenceApp(env: ServerEnv = process.env, logger: L
     '/readyz',
     fromWebHandler(() => ref.health.readyz()),
   )
+  app.get(
+    '/metrics',
+    fromWebHandler(() => ref.metrics()),
+  )
 
   app.use(fromWebHandler(async () => ref.notFound()))
   // Express's own failures (a path parameter that is not valid percent-encoding, a body parser's

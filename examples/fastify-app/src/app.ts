@@ -73,6 +73,10 @@ export async function createReferenceApp(env: ServerEnv = process.env, logger: L
         '/readyz',
         fromWebHandler(() => ref.health.readyz()),
       )
+      scope.get(
+        '/metrics',
+        fromWebHandler(() => ref.metrics()),
+      )
     })
     app.setNotFoundHandler(notFoundHandler)
     await app.ready()

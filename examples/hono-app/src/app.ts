@@ -45,6 +45,7 @@ export async function createReferenceApp(env: ServerEnv = process.env, logger: L
   app.get('/board/:id', (c) => ref.getBoard(c.req.raw, c.req.param('id')))
   app.get('/healthz', () => ref.health.healthz())
   app.get('/readyz', () => ref.health.readyz())
+  app.get('/metrics', () => ref.metrics())
   app.notFound(() => ref.notFound())
   return { ...ref, app }
 }

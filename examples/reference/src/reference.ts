@@ -20,10 +20,14 @@ import {
   type Logger,
 } from 'attach-storage'
 import { listResponse, parseListRequest, runList, type ListProvider } from 'attach-storage/list'
+import { createPrometheusMetrics } from 'attach-storage/metrics'
+import { collectDefaultMetrics } from 'prom-client'
 
 /** The reference server's environment (see shared contract). */
 export interface ServerEnv {
   PORT?: string
+  /** pino's level when run as a server (run-server.ts). @default 'info' */
+  LOG_LEVEL?: string
   ATTACH_DATA_DIR?: string
   ATTACH_JWT_SECRET?: string
   ATTACH_CDN_URL?: string
@@ -65,6 +69,8 @@ export interface Reference {
   cors: CorsSettings | undefined
   /** GET /healthz and GET /readyz, without authentication (docs/operations.md). */
   health: HealthHandlers
+  /** GET /metrics: Prometheus's text format, without authentication. */
+  metrics(): Promise<Response>
   /** The JSON 404 answered for unknown routes. */
   notFound(): Response
   close(): Promise<void>
@@ -228,11 +234,15 @@ export async function createReference(env: ServerEnv = process.env, logger: Logg
     const row = await db.selectFrom('board').select('created_by').where('id', '=', Number(refKey)).executeTakeFirst()
     return row !== undefined && row.created_by !== null && String(row.created_by) === String(user.id)
   }
+  // Prometheus metrics of the service and of the process, at GET /metrics.
+  const metrics = createPrometheusMetrics()
+  collectDefaultMetrics({ register: metrics.registry })
   let storage: AttachStorage
   try {
     await migrateBoard(db, dialect)
     storage = await createAttachStorage({
       config: settings,
+      instrumentation: metrics.instrumentation,
       db,
       authenticate,
       logger,
@@ -371,6 +381,7 @@ export async function createReference(env: ServerEnv = process.env, logger: Logg
     listBoard,
     cors,
     health: createHealthHandlers(storage),
+    metrics: () => metrics.answer(),
     notFound: () => notFound('No such route').toResponse(),
     async close() {
       await storage.close()

@@ -1,3 +1,5 @@
+import type { Logger } from 'attach-storage'
+import { referenceLogger } from './logger.js'
 import type { Reference, ServerEnv } from './reference.js'
 
 /** A listening server, as each framework's example starts it. */
@@ -10,11 +12,11 @@ export interface Listening {
 
 /**
  * The process around a reference server, the same for every framework: reads PORT and HOST, builds the
- * app (a start-up failure prints its message and exits 1), runs the sweep of expired temporary files on
+ * app with pino as its logger (JSON lines on stdout, `LOG_LEVEL`) (a start-up failure prints its message and exits 1), runs the sweep of expired temporary files on
  * a timer, prints `listening on http://127.0.0.1:<port>`, and stops cleanly on SIGINT / SIGTERM.
  */
 export async function runReferenceServer<R extends Reference>(
-  build: (env: ServerEnv) => Promise<R>,
+  build: (env: ServerEnv, logger: Logger) => Promise<R>,
   listen: (ref: R, port: number, host: string) => Promise<Listening>,
   env: ServerEnv = process.env,
 ): Promise<void> {
@@ -23,9 +25,10 @@ export async function runReferenceServer<R extends Reference>(
     console.error(`PORT must be a TCP port number, not "${env.PORT}"`)
     process.exit(1)
   }
+  const logger = referenceLogger(env)
   let ref: R
   try {
-    ref = await build(env)
+    ref = await build(env, logger)
   } catch (err) {
     // Start-up failures (configuration, database, stores) stop the boot with their message.
     console.error(`attach-storage reference server failed to start: ${(err as Error).message}`)
@@ -35,7 +38,7 @@ export async function runReferenceServer<R extends Reference>(
   // Expired temporary files go on a timer (tmp-ttl), at most hourly and at least every minute.
   const every = Math.min(3_600_000, Math.max(60_000, Math.floor(ref.storage.config.tmpTtl / 4)))
   const sweeping = setInterval(() => {
-    ref.storage.sweep().catch((err) => console.error('attach-storage: sweep failed', err))
+    ref.storage.sweep().catch((err) => logger.error('attach-storage: sweep failed', err))
   }, every)
   sweeping.unref()
 

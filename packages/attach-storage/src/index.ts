@@ -12,6 +12,7 @@ export { AttachStorage, createAttachStorage, type AttachStorageOptions } from '.
 export { createAttachHandler, readJson, type AttachHandler, type FetchHandler } from './http/handler.js'
 export { createHealthHandlers, type HealthHandlers } from './http/health.js'
 export type { Readiness, ReadinessCheck } from './service/health.js'
+export type { Instrumentation, RequestReport, StoreCallReport } from './service/instrumentation.js'
 
 // Errors.
 export { AttachStorageError, isAttachError, type AttachErrorCode } from './errors.js'

@@ -3,6 +3,7 @@ import { notFound, unauthorized } from '../errors.js'
 import { type AttachStorage, contextOf } from '../service/attach-storage.js'
 import { signatureIn } from '../service/signing.js'
 import type { AccessContext, AuthUser } from '../service/types.js'
+import { matchedRoute, observed } from './observe.js'
 import { errorResponse } from './respond.js'
 import { noRoute, type Route, Router, segmentsBelow } from './router.js'
 import { editorImageRoutes, editorUploadRoutes } from './routes/editor.js'
@@ -74,6 +75,7 @@ export function createAttachHandler(storage: AttachStorage): AttachHandler {
         const access = await who(request, url)
         const found = router.match(request.method, segments, headAsGet)
         if (!found) throw noRoute()
+        matchedRoute.set(request, found.route.path)
         return await router.run(found, url, { storage, ctx: contextOf(storage), request, url, access })
       } catch (err) {
         return errorResponse(err, storage.logger)
@@ -81,12 +83,15 @@ export function createAttachHandler(storage: AttachStorage): AttachHandler {
     }
   }
 
-  const api = group(apiPrefix, apiRouter, async (request) => ({ user: await authenticate(request), request }), false)
-  const assets = group(
-    assetsPrefix,
-    assetRouter,
-    async (request, url) => ({ user: null, request, signature: signatureIn(url.searchParams) }),
-    true,
+  const api = observed(
+    storage,
+    'api',
+    group(apiPrefix, apiRouter, async (request) => ({ user: await authenticate(request), request }), false),
+  )
+  const assets = observed(
+    storage,
+    'assets',
+    group(assetsPrefix, assetRouter, async (request, url) => ({ user: null, request, signature: signatureIn(url.searchParams) }), true),
   )
   const under = (pathname: string, prefix: string) => pathname === prefix || pathname.startsWith(`${prefix}/`)
 

@@ -62,6 +62,8 @@ export interface Variant {
 export interface ResizerOptions {
   /** Largest input image in pixels (width × height) the decoder accepts: the guard against image bombs. */
   maxInputPixels: number
+  /** Told of each variant made (how long it took) and of the queue whenever it changes. */
+  observe?: { resize(seconds: number): void; resizeQueue(running: number, waiting: number): void }
   /** Most stored variants per attachment; further sizes are made on the fly and not stored. @default 16 */
   maxVariants?: number
   /** Most resizes running at once. @default 2 */
@@ -182,7 +184,18 @@ export class Resizer {
     if (!p) {
       // Admission: identical requests share one generation above; a new one needs room in the queue.
       if (this.#limit.activeCount + this.#limit.pendingCount >= this.#admitted) throw busy()
-      p = this.#limit(() => this.#make(store, originalKey, key, type, r))
+      const observe = this.#options.observe
+      p = this.#limit(async () => {
+        const started = performance.now()
+        observe?.resizeQueue(this.#limit.activeCount, this.#limit.pendingCount)
+        try {
+          return await this.#make(store, originalKey, key, type, r)
+        } finally {
+          observe?.resize((performance.now() - started) / 1000)
+          // This one still counts as running until it returns.
+          observe?.resizeQueue(Math.max(0, this.#limit.activeCount - 1), this.#limit.pendingCount)
+        }
+      })
         .then((v) => {
           if (v && !v.transient) this.#remember_(cacheKey, { key: v.key, size: v.size, type: v.type })
           return v

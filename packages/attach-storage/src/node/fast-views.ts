@@ -14,6 +14,7 @@ import { resizeOf } from '../http/routes/serving.js'
 import { ResizeQuerySchema } from '../http/routes/schemas.js'
 import { type FileAnswer, fileAnswer } from '../http/serve.js'
 import { type AttachStorage, contextOf } from '../service/attach-storage.js'
+import type { ServiceContext } from '../service/context.js'
 import { resolveById } from '../service/serving.js'
 import { signatureIn } from '../service/signing.js'
 import type { AccessContext, Logger } from '../service/types.js'
@@ -51,28 +52,61 @@ export function createFastViews(storage: AttachStorage): FastViews {
       return { action: m[1] as 'view' | 'download', id: Number(m[2]), query: q < 0 ? '' : target.slice(q + 1) }
     },
     async serve(match, req, res, toRequest) {
-      let answer: FileAnswer
+      let ctx: ServiceContext
       try {
-        const params = new URLSearchParams(match.query)
-        const resize = resizeOf(parseInput(ResizeQuerySchema, firstValues(params), 'query'), header(req, 'accept'))
-        let request: Request | undefined
-        const access: AccessContext = {
-          user: null,
-          get request() {
-            request ??= toRequest()
-            return request
-          },
-          signature: signatureIn(params),
-        }
-        const target = await resolveById(contextOf(storage), { id: match.id, resize, lookOnly: req.method === 'HEAD' }, access)
-        answer = await fileAnswer({ method: req.method ?? 'GET', header: (name) => header(req, name) }, target, match.action)
+        ctx = contextOf(storage)
       } catch (err) {
-        answer = errorAnswer(answeredError(err, storage.logger))
+        await writeAnswer(res, errorAnswer(answeredError(err, storage.logger)), storage.logger)
+        return
       }
-      await writeAnswer(res, answer, storage.logger)
+      if (ctx.tracer) {
+        // Traced: the span is the route's own, as through the handlers.
+        return ctx.tracer.startActiveSpan(`${req.method} assets ${VIEW_ROUTE}`, async (span) => {
+          try {
+            await serveView(match, req, res, toRequest, ctx)
+            span.setAttribute('http.route', VIEW_ROUTE)
+            span.setAttribute('http.response.status_code', res.statusCode)
+          } finally {
+            span.end()
+          }
+        })
+      }
+      return serveView(match, req, res, toRequest, ctx)
     },
   }
+
+  async function serveView(match: FastViewMatch, req: IncomingMessage, res: ServerResponse, toRequest: () => Request, ctx: ServiceContext) {
+    const started = ctx.observe.active ? performance.now() : 0
+    let answer: FileAnswer
+    try {
+      const params = new URLSearchParams(match.query)
+      const resize = resizeOf(parseInput(ResizeQuerySchema, firstValues(params), 'query'), header(req, 'accept'))
+      let request: Request | undefined
+      const access: AccessContext = {
+        user: null,
+        get request() {
+          request ??= toRequest()
+          return request
+        },
+        signature: signatureIn(params),
+      }
+      const target = await resolveById(ctx, { id: match.id, resize, lookOnly: req.method === 'HEAD' }, access)
+      answer = await fileAnswer({ method: req.method ?? 'GET', header: (name) => header(req, name) }, target, match.action)
+    } catch (err) {
+      answer = errorAnswer(answeredError(err, storage.logger))
+    }
+    await writeAnswer(res, answer, storage.logger)
+    if (ctx.observe.active) {
+      const seconds = (performance.now() - started) / 1000
+      ctx.observe.request({ group: 'assets', route: VIEW_ROUTE, method: req.method ?? 'GET', status: res.statusCode, seconds })
+      const length = Number(res.getHeader('content-length'))
+      if (res.statusCode < 300 && length > 0 && req.method !== 'HEAD') ctx.observe.bytes('out', length)
+    }
+  }
 }
+
+/** The pattern of views by id in the route table (`http/routes/serving.ts`), as they are reported. */
+const VIEW_ROUTE = 'attach/:action/:id'
 
 /** A request header's value (the first of a repeated one), or null. */
 function header(req: IncomingMessage, name: string): string | null {

@@ -20,6 +20,7 @@ import * as serving from './serving.js'
 import { UrlSigner } from './signing.js'
 import { createStores } from './stores.js'
 import { checkReadiness, type Readiness } from './health.js'
+import { fanOut, type Instrumentation, instrumentStores, tracerIfInstalled } from './instrumentation.js'
 import {
   type AccessContext,
   accessOf,
@@ -66,6 +67,16 @@ export function contextOf(storage: AttachStorage): ServiceContext {
 
 /** Options of {@link createAttachStorage}. */
 export interface AttachStorageOptions {
+  /**
+   * Observers of the service's work (answered requests, bytes, resizes, sweeps, store calls); see
+   * `attach-storage/metrics` for Prometheus.
+   */
+  instrumentation?: Instrumentation | Instrumentation[]
+  /**
+   * OpenTelemetry spans (one per request, one per store call) through `@opentelemetry/api`.
+   * @default true when an OpenTelemetry SDK is registered when the service starts
+   */
+  tracing?: boolean
   /** The `attach` settings tree, kebab-case or camelCase (see docs/configuration.md). */
   config?: AttachConfigInput | Record<string, unknown>
   /** A Kysely instance of the host's database; default: one opened from `config.db`. */
@@ -115,6 +126,7 @@ export class AttachStorage {
 
   readonly #options: AttachStorageOptions
   readonly #events: EventHub
+  readonly #observe: ReturnType<typeof fanOut>
   #ctx: ServiceContext | undefined
   /** Set by {@link close}: readiness answers "not ready" from then on (a draining instance). */
   #closing = false
@@ -127,7 +139,9 @@ export class AttachStorage {
     this.logger = options.logger ?? console
     this.registry = new Registry(() => [...(this.#ctx?.stores.stores.keys() ?? [])])
     this.authenticate = options.authenticate ?? (options.jwt ? createJwtAuthenticator(options.jwt) : undefined)
+    this.#observe = fanOut(options.instrumentation === undefined ? [] : [options.instrumentation].flat())
     this.resizer = new Resizer({
+      observe: this.#observe,
       maxInputPixels: this.config.resize.maxInputPixels,
       maxVariants: this.config.resize.maxVariants,
       concurrency: this.config.resize.concurrency,
@@ -158,7 +172,9 @@ export class AttachStorage {
   async #doInit(): Promise<void> {
     const o = this.#options
     const config = this.config
-    const stores = await createStores(config, o)
+    const observe = this.#observe
+    const tracer = o.tracing === false ? undefined : tracerIfInstalled()
+    const stores = instrumentStores(await createStores(config, o), observe, tracer)
     let db = o.db
     try {
       if (!db) {
@@ -189,6 +205,8 @@ export class AttachStorage {
       signer: config.signing.secret ? new UrlSigner(config.signing.secret, config.signing.ttl, now) : undefined,
       events: this.#events,
       zipSlots: { running: 0 },
+      observe,
+      tracer,
       testPause: o.testPause,
       store(name: string): Store {
         const s = stores.stores.get(name)
@@ -417,8 +435,10 @@ export class AttachStorage {
    * physical deletion of files whose last record went (or that were never attached). Safe to run on
    * several instances at once.
    */
-  sweep() {
-    return housekeeping.sweep(this.#c)
+  async sweep() {
+    const result = await housekeeping.sweep(this.#c)
+    this.#observe.sweep(result)
+    return result
   }
 
   /**

@@ -3,7 +3,9 @@ import type { Resizer } from '../media/resize.js'
 import type { Registry } from '../registry/registry.js'
 import type { AttachRepository } from '../repository/attach-repository.js'
 import type { Store } from '../stores/store.js'
+import type { Tracer } from '@opentelemetry/api'
 import type { EventHub } from './events.js'
+import type { fanOut } from './instrumentation.js'
 import type { UrlSigner } from './signing.js'
 import type { StoreSet } from './stores.js'
 import type { Logger } from './types.js'
@@ -34,6 +36,10 @@ export interface ServiceContext {
   readonly events: EventHub
   /** ZIP downloads streaming now (bounded by `zip.concurrency`). */
   readonly zipSlots: { running: number }
+  /** The host's observers, as one (`observe.active` is false without any). */
+  readonly observe: ReturnType<typeof fanOut>
+  /** The OpenTelemetry tracer, when an SDK was registered when the service started. */
+  readonly tracer: Tracer | undefined
   /** Test-only pause points of the confirmed save. */
   readonly testPause: ((step: SaveStep, request: Request | null) => void | Promise<void>) | undefined
   /** A declared store by name (a configuration error when it is not). */

@@ -282,7 +282,9 @@ export function appendResumable(
     let offset = status.offset
     if (input.body) {
       try {
+        const before = offset
         offset = await write(ctx, name, offset, input.body, limit - offset, over, input.checksum, input.signal)
+        ctx.observe.bytes('in', offset - before)
       } catch (err) {
         if (err instanceof AttachStorageError && err.code === 'too-large') await dropFolder(ctx, name)
         throw err

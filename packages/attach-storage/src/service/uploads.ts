@@ -43,6 +43,7 @@ export async function receiveFile(
     maxSize: options.maxSize ?? ctx.config.upload.maxFileSize,
     signal: options.signal,
   })
+  ctx.observe.bytes('in', r.size)
   return { name, displayName, extension, ...r }
 }
 
