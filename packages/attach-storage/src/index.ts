@@ -10,6 +10,19 @@
 // The service and its handlers.
 export { AttachStorage, createAttachStorage, type AttachStorageOptions } from './service/attach-storage.js'
 export { createAttachHandler, readJson, type AttachHandler, type FetchHandler } from './http/handler.js'
+export {
+  BinaryPart,
+  jsonSchemaOf,
+  LIST_HEADERS_DOC,
+  ListConventionQuery,
+  openApiDocument,
+  withOpenApi,
+  type JsonObject,
+  type OpenApiOptions,
+  type ResponseDoc,
+  type RouteDoc,
+} from './http/openapi.js'
+export { AttachBagAnswer, AttachmentViewAnswer, ErrorAnswer } from './http/answers.js'
 
 // Errors.
 export { AttachStorageError, isAttachError, type AttachErrorCode } from './errors.js'

@@ -4,6 +4,7 @@ import { type AttachStorage, contextOf } from '../service/attach-storage.js'
 import { signatureIn } from '../service/signing.js'
 import type { AccessContext, AuthUser } from '../service/types.js'
 import { errorResponse } from './respond.js'
+import { withOpenApi } from './openapi.js'
 import { noRoute, type Route, Router, segmentsBelow } from './router.js'
 import { editorImageRoutes, editorUploadRoutes } from './routes/editor.js'
 import { presignRoutes } from './routes/presign.js'
@@ -80,7 +81,10 @@ export function createAttachHandler(storage: AttachStorage): AttachHandler {
     }
   }
 
-  const api = group(apiPrefix, apiRouter, async (request) => ({ user: await authenticate(request), request }), false)
+  const api = withOpenApi(
+    storage.config,
+    group(apiPrefix, apiRouter, async (request) => ({ user: await authenticate(request), request }), false),
+  )
   const assets = group(
     assetsPrefix,
     assetRouter,
