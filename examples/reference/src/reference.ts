@@ -18,6 +18,7 @@ import {
   type Logger,
 } from 'attach-storage'
 import { listResponse, parseListRequest, runList, type ListProvider } from 'attach-storage/list'
+import { openApiRoutes } from './openapi.js'
 
 /** The reference server's environment (see shared contract). */
 export interface ServerEnv {
@@ -59,6 +60,10 @@ export interface Reference {
   getBoard(request: Request, id: string): Promise<Response>
   /** GET /board: the spec's list and pagination convention. */
   listBoard(request: Request): Promise<Response>
+  /** GET {api-prefix}/openapi.json: attach-storage's document with the board paths (no authentication). */
+  openapi(request: Request): Promise<Response>
+  /** GET {api-prefix}/docs and {api-prefix}/docs/*: the document's page and its files (no authentication). */
+  docs(request: Request): Promise<Response>
   /** CORS settings, or undefined when ATTACH_CORS_ORIGINS is unset. */
   cors: CorsSettings | undefined
   /** The JSON 404 answered for unknown routes. */
@@ -327,6 +332,7 @@ export async function createReference(env: ServerEnv = process.env, logger: Logg
     createBoard,
     getBoard,
     listBoard,
+    ...openApiRoutes(storage.config),
     cors,
     notFound: () => notFound('No such route').toResponse(),
     async close() {
