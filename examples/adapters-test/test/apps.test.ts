@@ -769,6 +769,20 @@ for (const name of NAMES) {
       expect([lookup.status, Object.values(bag).flatMap((v) => (Array.isArray(v) ? v : []))]).toEqual([200, []])
     })
 
+    it('answers the OpenAPI document and its page without authentication, the page with its files from this server', async () => {
+      const doc = await call('/api/storage/openapi.json', { token: null })
+      expect(doc.status).toBe(200)
+      expect(Object.keys((await doc.json()).paths)).toEqual(expect.arrayContaining(['/board', '/api/storage/attach/tmp']))
+      const page = await call('/api/storage/docs', { token: null })
+      expect(page.status).toBe(200)
+      expect(await page.text()).toContain('docs/swagger-ui-bundle.js')
+      for (const file of ['swagger-ui-bundle.js', 'swagger-ui.css', 'init.js']) {
+        expect((await call(`/api/storage/docs/${file}`, { token: null })).status).toBe(200)
+      }
+      expect((await call('/api/storage/docs/package.json', { token: null })).status).toBe(404)
+      expect((await call('/api/storage/config', { token: null })).status).toBe(401)
+    })
+
     it('answers CORS preflights without authentication for the configured origin only', async () => {
       const preflight = (origin: string) =>
         fetch(`${srv.base}/api/storage/attach/tmp`, {

@@ -32,6 +32,10 @@ export async function createReferenceApp(env: ServerEnv = process.env, logger: L
       }),
     )
   }
+  const api = ref.storage.config.apiPrefix
+  app.get(`${api}/openapi.json`, fromWebHandler(ref.openapi))
+  app.get(`${api}/docs`, fromWebHandler(ref.docs))
+  app.get(`${api}/docs/:file`, fromWebHandler(ref.docs))
   mountAttachStorage(app, ref.storage)
 
   // The host entity `board`: its routes are Web handlers, so no body parser is needed for them.

@@ -55,6 +55,10 @@ export async function createReferenceApp(env: ServerEnv = process.env, logger: L
         strictPreflight: false,
       })
     }
+    const api = ref.storage.config.apiPrefix
+    app.get(`${api}/openapi.json`, fromWebHandler(ref.openapi))
+    app.get(`${api}/docs`, fromWebHandler(ref.docs))
+    app.get(`${api}/docs/:file`, fromWebHandler(ref.docs))
     await app.register(attachStorage, { storage: ref.storage })
 
     // The host entity `board`: Web handlers reading their own bodies, in a scope of raw bodies.

@@ -39,6 +39,10 @@ export async function createReferenceApp(env: ServerEnv = process.env, logger: L
       }),
     )
   }
+  const api = ref.storage.config.apiPrefix
+  app.get(`${api}/openapi.json`, (c) => ref.openapi(c.req.raw))
+  app.get(`${api}/docs`, (c) => ref.docs(c.req.raw))
+  app.get(`${api}/docs/*`, (c) => ref.docs(c.req.raw))
   mountAttachStorage(app, ref.storage)
   app.post('/board', (c) => ref.createBoard(c.req.raw))
   app.get('/board', (c) => ref.listBoard(c.req.raw))

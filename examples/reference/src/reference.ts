@@ -22,6 +22,7 @@ import {
 import { listResponse, parseListRequest, runList, type ListProvider } from 'attach-storage/list'
 import { createPrometheusMetrics } from 'attach-storage/metrics'
 import { collectDefaultMetrics } from 'prom-client'
+import { openApiRoutes } from './openapi.js'
 
 /** The reference server's environment (see shared contract). */
 export interface ServerEnv {
@@ -65,6 +66,10 @@ export interface Reference {
   getBoard(request: Request, id: string): Promise<Response>
   /** GET /board: the spec's list and pagination convention. */
   listBoard(request: Request): Promise<Response>
+  /** GET {api-prefix}/openapi.json: attach-storage's document with the board paths (no authentication). */
+  openapi(request: Request): Promise<Response>
+  /** GET {api-prefix}/docs and {api-prefix}/docs/*: the document's page and its files (no authentication). */
+  docs(request: Request): Promise<Response>
   /** CORS settings, or undefined when ATTACH_CORS_ORIGINS is unset. */
   cors: CorsSettings | undefined
   /** GET /healthz and GET /readyz, without authentication (docs/operations.md). */
@@ -379,6 +384,7 @@ export async function createReference(env: ServerEnv = process.env, logger: Logg
     createBoard,
     getBoard,
     listBoard,
+    ...openApiRoutes(storage.config),
     cors,
     health: createHealthHandlers(storage),
     metrics: () => metrics.answer(),

@@ -5,6 +5,7 @@ import { signatureIn } from '../service/signing.js'
 import type { AccessContext, AuthUser } from '../service/types.js'
 import { matchedRoute, observed } from './observe.js'
 import { errorResponse } from './respond.js'
+import { withOpenApi } from './openapi.js'
 import { noRoute, type Route, Router, segmentsBelow } from './router.js'
 import { editorImageRoutes, editorUploadRoutes } from './routes/editor.js'
 import { presignRoutes } from './routes/presign.js'
@@ -86,7 +87,10 @@ export function createAttachHandler(storage: AttachStorage): AttachHandler {
   const api = observed(
     storage,
     'api',
-    group(apiPrefix, apiRouter, async (request) => ({ user: await authenticate(request), request }), false),
+    withOpenApi(
+      storage.config,
+      group(apiPrefix, apiRouter, async (request) => ({ user: await authenticate(request), request }), false),
+    ),
   )
   const assets = observed(
     storage,

@@ -9,6 +9,7 @@ import type { AttachStorage } from '../service/attach-storage.js'
 import type { ServiceContext } from '../service/context.js'
 import type { AccessContext } from '../service/types.js'
 import { parseInput } from '../validation.js'
+import type { RouteDoc } from './openapi.js'
 import { readJson } from './respond.js'
 
 /** What a route's handler gets besides its parsed input. */
@@ -51,6 +52,8 @@ export interface Route<
   readonly query?: Q
   /** The JSON body (read with a 2 MiB bound). A body that fails it is a 400. */
   readonly body?: B
+  /** What the OpenAPI document says of the route beyond its schemas (summary, answers, multipart body). */
+  readonly doc?: RouteDoc
   readonly handle: (input: RouteInput<Out<P>, Out<Q>, Out<B>>, env: RouteEnv) => Promise<Response>
 }
 

@@ -12,6 +12,8 @@ import { createAttachStorage, type AttachStorage, type AttachStorageOptions } fr
 import { bearerToken, createJwtVerifier } from '../service/auth.js'
 import type { FileDescription, Logger } from '../service/types.js'
 import { createAttachHandler, type AttachHandler } from './handler.js'
+import { openApiDocument } from './openapi.js'
+import { answerChecker, checkAnswer } from './openapi-check.js'
 
 export const SECRET = 'test-secret-of-at-least-16-bytes'
 
@@ -90,6 +92,9 @@ export async function makeKit(
     throw err
   }
   const handler = createAttachHandler(storage)
+  // Every JSON answer the kit gets is checked against the OpenAPI document (a mismatch fails the test).
+  const checker = answerChecker(openApiDocument(storage.config))
+  const send = async (request: Request) => checkAnswer(checker, request, await handler.fetch(request))
   const auth = async (user: string | null | undefined): Promise<Record<string, string>> =>
     user === null ? {} : { authorization: `Bearer ${await token(user ?? '7')}` }
   const kit: Kit = {
@@ -121,7 +126,7 @@ export async function makeKit(
       const headers = new Headers(rest.headers)
       for (const [k, v] of Object.entries(await auth(user))) if (!headers.has(k)) headers.set(k, v)
       if (typeof rest.body === 'string' && !headers.has('content-type')) headers.set('content-type', 'application/json')
-      return handler.fetch(new Request(`http://x${path}`, { ...rest, headers }))
+      return send(new Request(`http://x${path}`, { ...rest, headers }))
     },
     async upload(path, parts, user) {
       const fd = new FormData()
@@ -135,7 +140,7 @@ export async function makeKit(
       const form = new Response(fd)
       const headers = new Headers(await auth(user))
       headers.set('content-type', form.headers.get('content-type')!)
-      return handler.fetch(new Request(`http://x${path}`, { method: 'POST', body: await form.blob(), headers }))
+      return send(new Request(`http://x${path}`, { method: 'POST', body: await form.blob(), headers }))
     },
     async cleanup() {
       await storage.close()
