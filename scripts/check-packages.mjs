@@ -381,12 +381,14 @@ async function install(tarballs, names, app) {
   const rootPkg = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8'))
   const core = tarballs.find((t) => t.name === 'attach-storage')
   // Beside the tarballs, what the example itself imports: the host's framework and server, jose to sign
-  // a token, and Node's types for the TypeScript check. Versions as the workspace pins them.
+  // a token, prom-client for attach-storage/metrics, and Node's types for the TypeScript check. Versions as the workspace pins them.
   const hono = tarballs.find((t) => t.name === '@attach-storage/hono')?.pkg.devDependencies?.hono ?? 'latest'
   const extras = [
     `hono@${hono}`,
     `@hono/node-server@${installedVersion('@hono/node-server') ?? 'latest'}`,
     `jose@${core?.pkg.dependencies?.jose ?? 'latest'}`,
+    // The optional peer of attach-storage/metrics, as a host that uses that entry installs it.
+    `prom-client@${core?.pkg.devDependencies?.['prom-client'] ?? 'latest'}`,
     `@types/node@${rootPkg.devDependencies?.['@types/node'] ?? '20'}`,
   ]
   writeFileSync(
