@@ -65,6 +65,13 @@ export async function createReferenceApp(env: ServerEnv = process.env, logger: L
       scope.get<{ Params: { id: string } }>('/board/:id', (request, reply) =>
         fromWebHandler((r) => ref.getBoard(r, request.params.id))(request, reply),
       )
+      scope.put<{ Params: { id: string } }>('/board/:id', (request, reply) =>
+        fromWebHandler((r) => ref.updateBoard(r, request.params.id))(request, reply),
+      )
+      scope.delete<{ Params: { id: string } }>('/board/:id', (request, reply) =>
+        fromWebHandler((r) => ref.deleteBoard(r, request.params.id))(request, reply),
+      )
+      for (const url of ['/', '/page/*']) scope.get(url, fromWebHandler(ref.page))
     })
     app.setNotFoundHandler(notFoundHandler)
     await app.ready()

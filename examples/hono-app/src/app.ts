@@ -43,6 +43,9 @@ export async function createReferenceApp(env: ServerEnv = process.env, logger: L
   app.post('/board', (c) => ref.createBoard(c.req.raw))
   app.get('/board', (c) => ref.listBoard(c.req.raw))
   app.get('/board/:id', (c) => ref.getBoard(c.req.raw, c.req.param('id')))
+  app.put('/board/:id', (c) => ref.updateBoard(c.req.raw, c.req.param('id')))
+  app.delete('/board/:id', (c) => ref.deleteBoard(c.req.raw, c.req.param('id')))
+  app.on('GET', ['/', '/page/*'], (c) => ref.page(c.req.raw))
   app.notFound(() => ref.notFound())
   return { ...ref, app }
 }

@@ -1,2 +1,3 @@
 export { createReference, DEV_SECRET, type CorsSettings, type Reference, type ServerEnv, withPresignStore } from './reference.js'
 export { runReferenceServer, type Listening } from './run-server.js'
+export { createPage, signDevToken, type PageOptions } from './page.js'
