@@ -11,7 +11,7 @@ import { type BrowserContext, chromium, type Page } from 'playwright-core'
 import sharp from 'sharp'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { DEV_SECRET } from '@attach-storage/example-reference'
-import { start, type Running } from './helpers.js'
+import { sign, start, type Running } from './helpers.js'
 
 const ARTIFACTS = join(import.meta.dirname, '..', 'test-artifacts', 'board-page')
 const CHROMIUM_FLAGS = [
@@ -207,17 +207,64 @@ describe('the board page', () => {
     await expect.poll(() => page.locator('#post-list img').evaluate((i) => (i as HTMLImageElement).naturalWidth)).toBeGreaterThan(0)
     await snap(page, 'board')
 
+    // Paging (10 a page, newest first): ten more posts put the first one on page 2.
+    await page.evaluate(async () => {
+      const { token } = await (await fetch('/page/dev-token')).json()
+      for (let i = 1; i <= 10; i++) {
+        await fetch('/board', {
+          method: 'POST',
+          headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+          body: JSON.stringify({ title: `Post ${i}` }),
+        })
+      }
+    })
+    await page.reload()
+    await expect.poll(() => page.locator('#pager a').allTextContents()).toEqual(['1', '2'])
+    expect(await page.locator('#post-list a').count()).toBe(10)
+    await page.click('#pager a >> text=2')
+    await expect.poll(() => page.locator('#post-list a').allTextContents()).toEqual(['Holiday photos'])
+    expect(await page.locator('#pager a[aria-current=page]').textContent()).toBe('2')
+    await snap(page, 'board-page-2')
+
     // Delete: the post and its files go.
     await page.locator('#post-list a').click()
     await page.locator('#delete-post').waitFor()
     page.once('dialog', (d) => void d.accept())
     await page.click('#delete-post')
     await page.waitForURL(/#\/$/)
-    await expect.poll(() => page.locator('#post-list li').allTextContents()).toEqual(['No posts yet.'])
+    await expect.poll(() => page.locator('#post-list a').count()).toBe(10)
+    expect(await page.locator('#post-list a').allTextContents()).not.toContain('Holiday photos')
+    expect(await page.locator('#pager a').allTextContents()).toEqual(['1'])
+    const left = await fetch(`${srv.base}/api/storage/attach?refDomain=board&refKeyList=1`, {
+      headers: { authorization: `Bearer ${await page.evaluate(async () => (await (await fetch('/page/dev-token')).json()).token)}` },
+    })
+    expect(await left.json()).toEqual([])
     await snap(page, 'deleted')
     expect(problems).toEqual([])
     await context.close()
   }, 120_000)
+
+  it('asks for a token when the server has its own JWT secret', async () => {
+    const own = await start({})
+    const context = await openBrowser()
+    try {
+      const page = await context.newPage()
+      const problems = watch(page)
+      expect((await page.goto(own.base))?.status()).toBe(200)
+      const input = page.getByLabel('Bearer token')
+      await input.waitFor()
+      expect(await page.locator('#auth').textContent()).not.toContain('development token')
+      await snap(page, 'asks-for-a-token')
+      await input.fill(await sign('3'))
+      await page.click('#auth button[type=submit]')
+      await expect.poll(() => page.locator('#post-list li').allTextContents()).toEqual(['No posts yet.'])
+      // The refused token request is the one failed load the page expects.
+      expect(problems.filter((p) => !p.includes('404'))).toEqual([])
+    } finally {
+      await context.close()
+      await own.close()
+    }
+  })
 
   it('uploads 20 files of 5 MB with steady progress and at most 6 requests in flight', async () => {
     const context = await openBrowser()
