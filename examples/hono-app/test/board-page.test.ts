@@ -298,17 +298,25 @@ describe('the board page', () => {
       }
       document.querySelector(selector)!.dispatchEvent(new DragEvent('drop', { dataTransfer: dt, bubbles: true, cancelable: true }))
     }, files)
-    // While it runs: the done count only grows, and some rows wait while others upload.
+    // Cancel the last one while it waits: it shows "Cancelled" with a Retry button.
+    const last = page.locator(`${files} li`, { hasText: 'big-19.bin' })
+    await last.locator('button.cancel').click()
+    await expect.poll(() => last.getAttribute('data-state')).toBe('failed')
+    expect(await last.locator('.error').textContent()).toBe('Cancelled')
+    // While the rest runs: the done count only grows, and some rows wait while others upload.
     const seen: number[] = []
     let sawWaiting = false
     for (;;) {
       const states = await page.locator(`${files} li`).evaluateAll((lis) => lis.map((li) => (li as HTMLElement).dataset.state))
       seen.push(states.filter((s) => s === 'done').length)
       if (states.includes('queued')) sawWaiting = true
-      if (seen.at(-1) === 20) break
+      if (seen.at(-1) === 19) break
       if (seen.length === 3) await snap(page, 'twenty-files-uploading')
       await page.waitForTimeout(50)
     }
+    await snap(page, 'nineteen-done-one-cancelled')
+    await last.locator('button.retry').click()
+    await expect.poll(() => last.getAttribute('data-state')).toBe('done')
     await snap(page, 'twenty-files-done')
     const { maxInflight, samples } = await page.evaluate(() => {
       const w = window as unknown as { maxInflight: number; samples: Array<[number, number]> }

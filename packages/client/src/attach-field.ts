@@ -249,7 +249,6 @@ export class AttachField extends Base {
     this.#render()
     const maxSize = this.maxSize
     const result = await uploads(async () => {
-      if (abort.signal.aborted) return undefined
       item.state = 'uploading'
       this.#render()
       this.#announce(`Uploading ${item.displayName}`)
@@ -267,7 +266,7 @@ export class AttachField extends Base {
           }
         },
       })
-    })
+    }, abort.signal).catch(() => undefined)
     item.abort = undefined
     if (!this.#items.includes(item)) return
     if (!result || (!result.ok && result.error.kind === 'aborted')) {

@@ -154,4 +154,17 @@ describe('the container helpers', () => {
     )
     expect(most).toBe(3)
   })
+
+  it('lets a waiting task leave the queue when its signal aborts', async () => {
+    const limit = limiter(1)
+    let release!: () => void
+    const first = limit(() => new Promise<string>((r) => (release = () => r('first'))))
+    const abort = new AbortController()
+    const second = limit(async () => 'second', abort.signal)
+    const third = limit(async () => 'third')
+    abort.abort(new Error('cancelled'))
+    await expect(second).rejects.toThrow('cancelled')
+    release()
+    expect(await Promise.all([first, third])).toEqual(['first', 'third'])
+  })
 })

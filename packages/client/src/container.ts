@@ -72,12 +72,29 @@ export function mergeContainers(bags: AttachBag[]): AttachBag | null {
   return out
 }
 
-/** Runs at most `n` tasks at once, the rest in order as earlier ones finish. */
-export function limiter(n: number): <T>(task: () => Promise<T>) => Promise<T> {
+/**
+ * Runs at most `n` tasks at once, the rest in order as earlier ones finish. A task whose `signal` aborts
+ * while it waits leaves the queue at once and rejects with the signal's reason.
+ */
+export function limiter(n: number): <T>(task: () => Promise<T>, signal?: AbortSignal) => Promise<T> {
   let running = 0
   const waiting: Array<() => void> = []
-  return async (task) => {
-    if (running >= n) await new Promise<void>((r) => waiting.push(r))
+  return async (task, signal) => {
+    signal?.throwIfAborted()
+    if (running >= n) {
+      await new Promise<void>((resolve, reject) => {
+        const go = () => {
+          signal?.removeEventListener('abort', stop)
+          resolve()
+        }
+        const stop = () => {
+          waiting.splice(waiting.indexOf(go), 1)
+          reject(signal?.reason)
+        }
+        waiting.push(go)
+        signal?.addEventListener('abort', stop, { once: true })
+      })
+    }
     running++
     try {
       return await task()
