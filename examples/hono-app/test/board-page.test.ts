@@ -254,6 +254,7 @@ describe('the board page', () => {
       const input = page.getByLabel('Bearer token')
       await input.waitFor()
       expect(await page.locator('#auth').textContent()).not.toContain('development token')
+      expect(await page.locator('#post-list').textContent()).toContain('Sign in with a token')
       await snap(page, 'asks-for-a-token')
       await input.fill(await sign('3'))
       await page.click('#auth button[type=submit]')

@@ -62,6 +62,8 @@ async function signIn(): Promise<boolean> {
     void route()
   })
   auth.replaceChildren(form)
+  if (!token)
+    $('#post-list').replaceChildren(h('li', {}, 'Sign in with a token signed with the server’s ATTACH_JWT_SECRET to see the posts.'))
   return token !== ''
 }
 
