@@ -238,7 +238,7 @@ export async function createReference(env: ServerEnv = process.env, logger: Logg
         return {
           origins: origins.includes('*') ? '*' : origins,
           allowHeaders: ['Authorization', 'Content-Type', 'Range', 'If-None-Match', 'If-Modified-Since'],
-          allowMethods: ['GET', 'HEAD', 'POST', 'PUT', 'DELETE', 'OPTIONS'],
+          allowMethods: ['GET', 'HEAD', 'POST', 'PUT', 'OPTIONS'],
           exposeHeaders: ['x-app-total-count', 'x-app-page', 'x-app-data-count', 'Content-Disposition', 'Content-Range', 'ETag'],
           maxAge: 600,
         }
