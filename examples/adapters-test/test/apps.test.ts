@@ -415,6 +415,49 @@ for (const name of NAMES) {
       log.metrics = [metrics.status, /# TYPE attach_storage_store_calls_total counter/.test(text)]
     })
 
+    it('serves the board page at / with its CSP, and changes and deletes a post (PUT, DELETE /board/:id) for its author only', async () => {
+      const page: Record<string, unknown> = {}
+      for (const path of ['/', '/page/app.css', '/page/app.js', '/page/dev-token', '/page/nope']) {
+        const res = await fetch(srv.base + path, { redirect: 'manual' })
+        const body = await res.text()
+        page[path] = [res.status, res.headers.get('content-type'), res.headers.get('content-security-policy')]
+        if (path === '/') expect(body).toContain('<attach-field name="attachContainer" domain="board"')
+        if (path === '/page/app.js') expect(body).toContain('attach-field')
+        if (res.status >= 400) page[path] = [res.status, JSON.parse(body).code]
+      }
+      expect(page['/']).toEqual([200, 'text/html; charset=utf-8', expect.not.stringContaining('unsafe-inline')])
+      // Not the development secret: no development token.
+      expect(page['/page/dev-token']).toEqual([404, 'not-found'])
+
+      const created = await (await call('/board', { method: 'POST', body: JSON.stringify({ title: 'Edit me' }) })).json()
+      const fd = new FormData()
+      fd.set('refDomain', 'board')
+      fd.set('file', new Blob(['later']), 'later.txt')
+      const up = await (await call('/api/storage/attach/tmp', { method: 'POST', body: fd })).json()
+      const put = (token: string, body: unknown) => call(`/board/${created.id}`, { method: 'PUT', token, body: JSON.stringify(body) })
+      const bag = { refDomain: 'board', default: [{ savedName: up.files[0].name, displayName: 'later.txt' }] }
+      const byBob = await put(bob, { title: 'Taken', attachContainer: bag })
+      page.putByOther = [byBob.status, (await byBob.json()).code]
+      const edited = await put(alice, { title: 'Edited', attachContainer: bag })
+      const got = await edited.json()
+      page.put = [edited.status, got.title, got.attachContainer.default.map((r: { displayName: string }) => r.displayName)]
+      page.putBad = (await put(alice, { title: '' })).status
+      const byBobDel = await call(`/board/${created.id}`, { method: 'DELETE', token: bob })
+      page.deleteByOther = [byBobDel.status, (await byBobDel.json()).code]
+      const del = await call(`/board/${created.id}`, { method: 'DELETE' })
+      page.delete = [del.status, await del.json()]
+      page.after = (await call(`/board/${created.id}`)).status
+      expect(page).toMatchObject({
+        putByOther: [403, 'forbidden'],
+        put: [200, 'Edited', ['later.txt']],
+        putBad: 400,
+        deleteByOther: [403, 'forbidden'],
+        delete: [200, { success: true, id: created.id, count: 1 }],
+        after: 404,
+      })
+      log.page = page
+    })
+
     it('lists board posts by the list and pagination convention (GET /board)', async () => {
       for (const title of ['L1', 'L2']) expect((await call('/board', { method: 'POST', body: JSON.stringify({ title }) })).status).toBe(201)
       const res = await call('/board?_usePaging=true&currentPage=1&dataPerPage=2&sortBy=id:asc', { headers: { origin: ORIGIN } })

@@ -54,6 +54,9 @@ export async function createReferenceApp(env: ServerEnv = process.env, logger: L
     '/metrics',
     fromWebHandler(() => ref.metrics()),
   )
+  app.put('/board/:id', (req, res, next) => fromWebHandler((request) => ref.updateBoard(request, req.params.id))(req, res, next))
+  app.delete('/board/:id', (req, res, next) => fromWebHandler((request) => ref.deleteBoard(request, req.params.id))(req, res, next))
+  app.get(['/', '/page/*path'], fromWebHandler(ref.page))
 
   app.use(fromWebHandler(async () => ref.notFound()))
   // Express's own failures (a path parameter that is not valid percent-encoding, a body parser's

@@ -81,6 +81,13 @@ export async function createReferenceApp(env: ServerEnv = process.env, logger: L
         '/metrics',
         fromWebHandler(() => ref.metrics()),
       )
+      scope.put<{ Params: { id: string } }>('/board/:id', (request, reply) =>
+        fromWebHandler((r) => ref.updateBoard(r, request.params.id))(request, reply),
+      )
+      scope.delete<{ Params: { id: string } }>('/board/:id', (request, reply) =>
+        fromWebHandler((r) => ref.deleteBoard(r, request.params.id))(request, reply),
+      )
+      for (const url of ['/', '/page/*']) scope.get(url, fromWebHandler(ref.page))
     })
     app.setNotFoundHandler(notFoundHandler)
     await app.ready()

@@ -50,6 +50,9 @@ export async function createReferenceApp(env: ServerEnv = process.env, logger: L
   app.get('/healthz', () => ref.health.healthz())
   app.get('/readyz', () => ref.health.readyz())
   app.get('/metrics', () => ref.metrics())
+  app.put('/board/:id', (c) => ref.updateBoard(c.req.raw, c.req.param('id')))
+  app.delete('/board/:id', (c) => ref.deleteBoard(c.req.raw, c.req.param('id')))
+  app.on('GET', ['/', '/page/*'], (c) => ref.page(c.req.raw))
   app.notFound(() => ref.notFound())
   return { ...ref, app }
 }

@@ -2,6 +2,7 @@ import { createHmac } from 'node:crypto'
 import { join, resolve } from 'node:path'
 import type { Kysely } from 'kysely'
 import {
+  accessOf,
   AttachStorageError,
   bearerToken,
   createAttachHandler,
@@ -23,6 +24,7 @@ import { listResponse, parseListRequest, runList, type ListProvider } from 'atta
 import { createPrometheusMetrics } from 'attach-storage/metrics'
 import { collectDefaultMetrics } from 'prom-client'
 import { openApiRoutes } from './openapi.js'
+import { createPage, signDevToken } from './page.js'
 
 /** The reference server's environment (see shared contract). */
 export interface ServerEnv {
@@ -70,6 +72,12 @@ export interface Reference {
   openapi(request: Request): Promise<Response>
   /** GET {api-prefix}/docs and {api-prefix}/docs/*: the document's page and its files (no authentication). */
   docs(request: Request): Promise<Response>
+  /** PUT /board/:id: the author changes the title, body and attachments (`attachContainer`). */
+  updateBoard(request: Request, id: string): Promise<Response>
+  /** DELETE /board/:id: the author deletes the post and its attachments. */
+  deleteBoard(request: Request, id: string): Promise<Response>
+  /** GET / and GET /page/*: the board page (src/page.ts). */
+  page(request: Request): Promise<Response>
   /** CORS settings, or undefined when ATTACH_CORS_ORIGINS is unset. */
   cors: CorsSettings | undefined
   /** GET /healthz and GET /readyz, without authentication (docs/operations.md). */
@@ -368,6 +376,67 @@ export async function createReference(env: ServerEnv = process.env, logger: Logg
     return json({ ...boardRow(row), attachContainer: await storage.lookup('board', id, undefined, {}, request) })
   })
 
+  /** The post, when the request's user wrote it: 404 when there is none, 403 for another user. */
+  const ownPost = async (request: Request, id: string) => {
+    const user = await requireUser(request)
+    if (!/^\d{1,15}$/.test(id)) throw badRequest('id must be a positive integer')
+    const row = await db.selectFrom('board').selectAll().where('id', '=', Number(id)).executeTakeFirst()
+    if (!row) throw notFound(`No board post ${id}`)
+    if (String(row.created_by) !== String(user.id)) {
+      throw new AttachStorageError('forbidden', 'Only the author may change this post', { status: 403 })
+    }
+    return { user, post: boardRow(row) }
+  }
+
+  const updateBoard = guard(async (request: Request, id: string) => {
+    const { user, post } = await ownPost(request, id)
+    const body = await readJson(request, BOARD_JSON_LIMIT)
+    if (!body || typeof body !== 'object' || Array.isArray(body)) throw badRequest('The body must be a JSON object')
+    const { title, body: text, attachContainer } = body as Record<string, unknown>
+    if (title !== undefined && (typeof title !== 'string' || title.trim() === '' || title.length > 200)) {
+      throw badRequest('title must be a non-empty string of at most 200 characters')
+    }
+    if (text !== undefined && typeof text !== 'string') throw badRequest('body must be a string')
+    if (attachContainer !== undefined && attachContainer !== null) {
+      if (typeof attachContainer !== 'object' || Array.isArray(attachContainer))
+        throw badRequest('attachContainer must be an AttachBag object')
+      const d = (attachContainer as { refDomain?: unknown }).refDomain
+      if (d !== undefined && d !== 'board') throw badRequest('attachContainer.refDomain must be "board"')
+      for (const key of Object.keys(attachContainer)) {
+        if (key !== 'refDomain' && key !== '_deleted') storage.registry.category('board', key)
+      }
+    }
+    const changes: Record<string, string> = {}
+    if (typeof title === 'string') changes.title = title
+    if (typeof text === 'string') changes.body = text
+    if (Object.keys(changes).length) await db.updateTable('board').set(changes).where('id', '=', post.id).execute()
+    try {
+      await storage.commitAttachContainer({
+        refDomain: 'board',
+        refKey: post.id,
+        attachContainer: (attachContainer ?? null) as never,
+        entity: post,
+        user,
+        request,
+      })
+    } catch (err) {
+      if (err instanceof AttachStorageError && err.code === 'attach-save-failure') return json({ ...err.toJSON(), id: post.id }, 500)
+      throw err
+    }
+    return json({ ...post, ...changes, attachContainer: await storage.lookup('board', id, undefined, {}, request) })
+  })
+
+  const deleteBoard = guard(async (request: Request, id: string) => {
+    const { user } = await ownPost(request, id)
+    const bag = await storage.lookup('board', id, undefined, {}, request)
+    const ids = Object.entries(bag)
+      .filter(([k, v]) => k !== 'refDomain' && Array.isArray(v))
+      .flatMap(([, v]) => (v as Array<{ id: number }>).map((r) => r.id))
+    const count = await storage.remove(ids, accessOf(user, request))
+    await db.deleteFrom('board').where('id', '=', Number(id)).execute()
+    return json({ success: true, id: Number(id), count })
+  })
+
   const listBoard = guard(async (request: Request) => {
     await requireUser(request)
     const params = new URL(request.url).searchParams
@@ -385,6 +454,9 @@ export async function createReference(env: ServerEnv = process.env, logger: Logg
     getBoard,
     listBoard,
     ...openApiRoutes(storage.config),
+    updateBoard,
+    deleteBoard,
+    page: createPage({ devToken: secret === DEV_SECRET ? () => signDevToken(secret) : undefined, cdnUrl: env.ATTACH_CDN_URL }),
     cors,
     health: createHealthHandlers(storage),
     metrics: () => metrics.answer(),

@@ -1,0 +1,343 @@
+/**
+ * The board page (`GET /`) and `<attach-field>` in a real browser: Debian's Chromium, driven by
+ * playwright-core, against the reference server on a SQLite file and a local folder, with the
+ * development secret (the page signs in by itself). Every step leaves a screenshot in
+ * examples/hono-app/test-artifacts/board-page/ (gitignored).
+ */
+import { mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { type BrowserContext, chromium, type Page } from 'playwright-core'
+import sharp from 'sharp'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { DEV_SECRET } from '@attach-storage/example-reference'
+import { sign, start, type Running } from './helpers.js'
+
+const ARTIFACTS = join(import.meta.dirname, '..', 'test-artifacts', 'board-page')
+const CHROMIUM_FLAGS = [
+  '--no-sandbox',
+  '--disable-gpu',
+  '--disable-quic',
+  '--no-first-run',
+  '--disable-background-networking',
+  '--disable-component-update',
+  '--disable-sync',
+]
+
+let srv: Running
+let shot = 0
+const profiles: string[] = []
+
+/** Chromium on a fresh profile folder (removed after the tests). */
+async function openBrowser(): Promise<BrowserContext> {
+  const profile = mkdtempSync(join(tmpdir(), 'attach-chromium-'))
+  profiles.push(profile)
+  return chromium.launchPersistentContext(profile, {
+    executablePath: '/usr/bin/chromium',
+    headless: true,
+    args: CHROMIUM_FLAGS,
+    viewport: { width: 1000, height: 900 },
+    acceptDownloads: true,
+  })
+}
+
+const png = (r: number, g: number, b: number, width = 320, height = 200) =>
+  sharp({ create: { width, height, channels: 3, background: { r, g, b } } })
+    .png()
+    .toBuffer()
+
+async function snap(page: Page, name: string) {
+  await page.screenshot({ path: join(ARTIFACTS, `${String(++shot).padStart(2, '0')}-${name}.png`), fullPage: true })
+}
+
+/** The rows of a field: display name and state, in order. */
+const rows = (page: Page, field: string) =>
+  page
+    .locator(`${field} li`)
+    .evaluateAll((lis) => lis.map((li) => `${li.querySelector('.name')?.textContent}:${(li as HTMLElement).dataset.state}`))
+
+/** Watches the page for CSP violations and script errors. */
+function watch(page: Page): string[] {
+  const problems: string[] = []
+  page.on('console', (m) => {
+    if (m.type() === 'error') problems.push(m.text())
+  })
+  page.on('pageerror', (e) => problems.push(e.message))
+  return problems
+}
+
+beforeAll(async () => {
+  rmSync(ARTIFACTS, { recursive: true, force: true })
+  mkdirSync(ARTIFACTS, { recursive: true })
+  srv = await start({ ATTACH_JWT_SECRET: DEV_SECRET })
+}, 60_000)
+
+afterAll(async () => {
+  await srv?.close()
+  for (const p of profiles) rmSync(p, { recursive: true, force: true })
+})
+
+describe('the board page', () => {
+  it('posts attachments through <attach-field>: input and drop, progress, reorder, remove, filter error, reload, ZIP, edit, delete', async () => {
+    const context = await openBrowser()
+    const page = await context.newPage()
+    const problems = watch(page)
+    const res = await page.goto(srv.base)
+    expect(res?.status()).toBe(200)
+    expect(res?.request().redirectedFrom()).toBeNull()
+    expect(res?.headers()['content-security-policy']).toMatch(/script-src 'self'/)
+    expect(res?.headers()['content-security-policy']).not.toContain('unsafe-inline')
+    await expect.poll(() => page.locator('#auth').textContent()).toContain('development token')
+    await page.locator('#post-list li').first().waitFor()
+    await snap(page, 'empty-board')
+
+    const files = 'attach-field[name="attachContainer"]'
+    const images = 'attach-field[name="images"]'
+    await page.fill('#new-post input[name="title"]', 'Holiday photos')
+    await page.fill('#new-post textarea[name="body"]', 'Three files and two images.')
+    // Through the file button.
+    await page.locator(`${files} input[type=file]`).setInputFiles([
+      { name: 'notes.txt', mimeType: 'text/plain', buffer: Buffer.from('some notes\n') },
+      { name: 'report.csv', mimeType: 'text/csv', buffer: Buffer.from('a,b\n1,2\n') },
+      { name: 'sea.png', mimeType: 'image/png', buffer: await png(30, 120, 200) },
+      { name: 'extra.txt', mimeType: 'text/plain', buffer: Buffer.from('to be removed') },
+    ])
+    // A synthetic drop of two images (and a text file named .png, which the image category refuses).
+    const red = (await png(220, 40, 40)).toString('base64')
+    const green = (await png(40, 180, 60)).toString('base64')
+    await page.evaluate(
+      ({ selector, red, green }) => {
+        const bytes = (b64: string) => Uint8Array.from(atob(b64), (c) => c.charCodeAt(0))
+        const dt = new DataTransfer()
+        dt.items.add(new File([bytes(red)], 'red.png', { type: 'image/png' }))
+        dt.items.add(new File([bytes(green)], 'green.png', { type: 'image/png' }))
+        dt.items.add(new File(['not an image at all'], 'fake.png', { type: 'image/png' }))
+        const target = document.querySelector(selector)!
+        target.dispatchEvent(new DragEvent('dragover', { dataTransfer: dt, bubbles: true, cancelable: true }))
+        target.dispatchEvent(new DragEvent('drop', { dataTransfer: dt, bubbles: true, cancelable: true }))
+      },
+      { selector: images, red, green },
+    )
+    await expect.poll(() => rows(page, files)).toEqual(['notes.txt:done', 'report.csv:done', 'sea.png:done', 'extra.txt:done'])
+    await expect.poll(() => rows(page, images)).toEqual(['red.png:done', 'green.png:done', 'fake.png:failed'])
+    expect(await page.locator(`${files} li .status`).allTextContents()).toEqual(Array(4).fill('Uploaded, 100 %'))
+    // The refused file shows the image filter's error on its row.
+    const refused = page.locator(`${images} li[data-state=failed]`)
+    await expect.poll(() => refused.getAttribute('aria-label')).toMatch(/fake\.png, 3 of 3, error: .+/)
+    const refusedText = await refused.locator('.error').textContent()
+    expect(refusedText).toBeTruthy()
+    await snap(page, 'uploaded-with-filter-error')
+
+    // Remove: the refused file and extra.txt.
+    await refused.locator('button.remove').click()
+    await page.locator(`${files} li`, { hasText: 'extra.txt' }).locator('button.remove').click()
+    // Reorder by keyboard only: focus sea.png's row, Alt+ArrowUp twice puts it first.
+    await page.locator(`${files} li`, { hasText: 'sea.png' }).focus()
+    await page.keyboard.press('Alt+ArrowUp')
+    await page.keyboard.press('Alt+ArrowUp')
+    expect(await rows(page, files)).toEqual(['sea.png:done', 'notes.txt:done', 'report.csv:done'])
+    // The focus stays on the moved row, and the live region says where it went.
+    expect(await page.evaluate((s) => document.querySelector(s)!.shadowRoot!.activeElement?.textContent, files)).toContain('sea.png')
+    expect(await page.locator(`${files} [role=status]`).textContent()).toBe('sea.png moved to position 1 of 3')
+    // Reorder by drag: green.png onto red.png.
+    await page.evaluate((selector) => {
+      const lis = [...document.querySelector(selector)!.shadowRoot!.querySelectorAll('li')]
+      const dt = new DataTransfer()
+      lis[1]!.dispatchEvent(new DragEvent('dragstart', { dataTransfer: dt, bubbles: true }))
+      lis[0]!.dispatchEvent(new DragEvent('dragover', { dataTransfer: dt, bubbles: true, cancelable: true }))
+      lis[0]!.dispatchEvent(new DragEvent('drop', { dataTransfer: dt, bubbles: true, cancelable: true }))
+      lis[1]!.dispatchEvent(new DragEvent('dragend', { dataTransfer: dt, bubbles: true }))
+    }, images)
+    expect(await rows(page, images)).toEqual(['green.png:done', 'red.png:done'])
+    const hidden = JSON.parse(await page.locator(`#new-post ${files} > input[type=hidden][name=attachContainer]`).inputValue())
+    expect(hidden.refDomain).toBe('board')
+    expect(hidden.default.map((e: { displayName: string }) => e.displayName)).toEqual(['sea.png', 'notes.txt', 'report.csv'])
+    await snap(page, 'reordered')
+
+    // Submit: the post's page shows each attachment with its name, in the chosen order.
+    await page.click('#new-post button[type=submit]')
+    await page.waitForURL(/#\/post\/\d+$/)
+    const order = () => page.locator('#attachments a.view').allTextContents()
+    // The post's page lists its categories in the domain's order (default, image), each in its own order.
+    const expected = ['sea.png', 'notes.txt', 'report.csv', 'green.png', 'red.png']
+    await expect.poll(order).toEqual(expected)
+    expect(await page.locator('#attachments img').evaluateAll((imgs) => imgs.map((i) => (i as HTMLImageElement).alt))).toEqual([
+      'sea.png',
+      'green.png',
+      'red.png',
+    ])
+    // Thumbnails come through the resize route and load.
+    await expect
+      .poll(() => page.locator('#attachments img').evaluateAll((imgs) => imgs.every((i) => (i as HTMLImageElement).naturalWidth > 0)))
+      .toBe(true)
+    expect(await page.locator('#attachments img').first().getAttribute('src')).toMatch(/\/assets\/storage\/attach\/view\/\d+\?w=320&h=320$/)
+    await snap(page, 'post')
+    await page.reload()
+    await expect.poll(order).toEqual(expected)
+    await snap(page, 'post-after-reload')
+
+    // Download all: a ZIP with every file.
+    const [download] = await Promise.all([page.waitForEvent('download'), page.click('#download-all')])
+    expect(download.suggestedFilename()).toBe('Holiday photos.zip')
+    const zip = readFileSync((await download.path())!)
+    expect(zip.subarray(0, 2).toString()).toBe('PK')
+    for (const name of expected) expect(zip.includes(Buffer.from(name))).toBe(true)
+
+    // Edit: remove notes.txt, move report.csv first, add a file; save.
+    await page.click('#edit-post')
+    const editFiles = '#edit-post-form attach-field[category=default]'
+    await expect.poll(() => rows(page, editFiles)).toEqual(['sea.png:saved', 'notes.txt:saved', 'report.csv:saved'])
+    await page.locator(`${editFiles} li`, { hasText: 'notes.txt' }).locator('button.remove').click()
+    await page.locator(`${editFiles} li`, { hasText: 'report.csv' }).locator('button.up').click()
+    await page
+      .locator(`${editFiles} input[type=file]`)
+      .setInputFiles([{ name: 'later.txt', mimeType: 'text/plain', buffer: Buffer.from('added later') }])
+    await expect.poll(() => rows(page, editFiles)).toEqual(['report.csv:saved', 'sea.png:saved', 'later.txt:done'])
+    await snap(page, 'editing')
+    await page.click('#edit-post-form button[type=submit]')
+    const edited = ['report.csv', 'sea.png', 'later.txt', 'green.png', 'red.png']
+    await expect.poll(order).toEqual(edited)
+    await page.reload()
+    await expect.poll(order).toEqual(edited)
+    await snap(page, 'edited')
+
+    // The board lists the post with a thumbnail.
+    await page.click('text=← Board')
+    await expect.poll(() => page.locator('#post-list a').allTextContents()).toEqual(['Holiday photos'])
+    await expect.poll(() => page.locator('#post-list img').evaluate((i) => (i as HTMLImageElement).naturalWidth)).toBeGreaterThan(0)
+    await snap(page, 'board')
+
+    // Paging (10 a page, newest first): ten more posts put the first one on page 2.
+    await page.evaluate(async () => {
+      const { token } = await (await fetch('/page/dev-token')).json()
+      for (let i = 1; i <= 10; i++) {
+        await fetch('/board', {
+          method: 'POST',
+          headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+          body: JSON.stringify({ title: `Post ${i}` }),
+        })
+      }
+    })
+    await page.reload()
+    await expect.poll(() => page.locator('#pager a').allTextContents()).toEqual(['1', '2'])
+    expect(await page.locator('#post-list a').count()).toBe(10)
+    await page.click('#pager a >> text=2')
+    await expect.poll(() => page.locator('#post-list a').allTextContents()).toEqual(['Holiday photos'])
+    expect(await page.locator('#pager a[aria-current=page]').textContent()).toBe('2')
+    await snap(page, 'board-page-2')
+
+    // Delete: the post and its files go.
+    await page.locator('#post-list a').click()
+    await page.locator('#delete-post').waitFor()
+    page.once('dialog', (d) => void d.accept())
+    await page.click('#delete-post')
+    await page.waitForURL(/#\/$/)
+    await expect.poll(() => page.locator('#post-list a').count()).toBe(10)
+    expect(await page.locator('#post-list a').allTextContents()).not.toContain('Holiday photos')
+    expect(await page.locator('#pager a').allTextContents()).toEqual(['1'])
+    const left = await fetch(`${srv.base}/api/storage/attach?refDomain=board&refKeyList=1`, {
+      headers: { authorization: `Bearer ${await page.evaluate(async () => (await (await fetch('/page/dev-token')).json()).token)}` },
+    })
+    expect(await left.json()).toEqual([])
+    await snap(page, 'deleted')
+    expect(problems).toEqual([])
+    await context.close()
+  }, 120_000)
+
+  it('asks for a token when the server has its own JWT secret', async () => {
+    const own = await start({})
+    const context = await openBrowser()
+    try {
+      const page = await context.newPage()
+      const problems = watch(page)
+      expect((await page.goto(own.base))?.status()).toBe(200)
+      const input = page.getByLabel('Bearer token')
+      await input.waitFor()
+      expect(await page.locator('#auth').textContent()).not.toContain('development token')
+      expect(await page.locator('#post-list').textContent()).toContain('Sign in with a token')
+      await snap(page, 'asks-for-a-token')
+      await input.fill(await sign('3'))
+      await page.click('#auth button[type=submit]')
+      await expect.poll(() => page.locator('#post-list li').allTextContents()).toEqual(['No posts yet.'])
+      // The refused token request is the one failed load the page expects.
+      expect(problems.filter((p) => !p.includes('404'))).toEqual([])
+    } finally {
+      await context.close()
+      await own.close()
+    }
+  })
+
+  it('uploads 20 files of 5 MB with steady progress and at most 6 requests in flight', async () => {
+    const context = await openBrowser()
+    // Counts the page's uploads in flight and the progress each reports (the XHR the client opens).
+    await context.addInitScript(() => {
+      const w = window as unknown as { inflight: number; maxInflight: number; samples: Array<[number, number]> }
+      let next = 0
+      w.inflight = 0
+      w.maxInflight = 0
+      w.samples = []
+      const send = XMLHttpRequest.prototype.send
+      XMLHttpRequest.prototype.send = function (body) {
+        w.inflight++
+        w.maxInflight = Math.max(w.maxInflight, w.inflight)
+        const id = next++
+        this.upload.addEventListener('progress', (e) => w.samples.push([id, e.loaded / e.total]))
+        this.addEventListener('loadend', () => w.inflight--)
+        return send.call(this, body)
+      }
+    })
+    const page = await context.newPage()
+    const problems = watch(page)
+    await page.goto(srv.base)
+    await page.locator('#post-list li').first().waitFor()
+    const files = 'attach-field[name="attachContainer"]'
+    await page.evaluate((selector) => {
+      const dt = new DataTransfer()
+      for (let i = 0; i < 20; i++) {
+        const bytes = new Uint8Array(5 * 1024 * 1024)
+        bytes.fill(i)
+        dt.items.add(new File([bytes], `big-${String(i).padStart(2, '0')}.bin`, { type: 'application/octet-stream' }))
+      }
+      document.querySelector(selector)!.dispatchEvent(new DragEvent('drop', { dataTransfer: dt, bubbles: true, cancelable: true }))
+    }, files)
+    // Cancel the last one while it waits: it shows "Cancelled" with a Retry button.
+    const last = page.locator(`${files} li`, { hasText: 'big-19.bin' })
+    await last.locator('button.cancel').click()
+    await expect.poll(() => last.getAttribute('data-state')).toBe('failed')
+    expect(await last.locator('.error').textContent()).toBe('Cancelled')
+    // While the rest runs: the done count only grows, and some rows wait while others upload.
+    const seen: number[] = []
+    let sawWaiting = false
+    for (;;) {
+      const states = await page.locator(`${files} li`).evaluateAll((lis) => lis.map((li) => (li as HTMLElement).dataset.state))
+      seen.push(states.filter((s) => s === 'done').length)
+      if (states.includes('queued')) sawWaiting = true
+      if (seen.at(-1) === 19) break
+      if (seen.length === 3) await snap(page, 'twenty-files-uploading')
+      await page.waitForTimeout(50)
+    }
+    await snap(page, 'nineteen-done-one-cancelled')
+    await last.locator('button.retry').click()
+    await expect.poll(() => last.getAttribute('data-state')).toBe('done')
+    await snap(page, 'twenty-files-done')
+    const { maxInflight, samples } = await page.evaluate(() => {
+      const w = window as unknown as { maxInflight: number; samples: Array<[number, number]> }
+      return { maxInflight: w.maxInflight, samples: w.samples }
+    })
+    expect(maxInflight).toBeGreaterThan(1)
+    expect(maxInflight).toBeLessThanOrEqual(6)
+    expect(sawWaiting).toBe(true)
+    expect(seen).toEqual([...seen].sort((a, b) => a - b))
+    // Files finish one after another (the done count passes through many values), every upload's
+    // progress only grows, and each reaches the whole file.
+    expect(new Set(seen).size).toBeGreaterThanOrEqual(4)
+    const byUpload = new Map<number, number[]>()
+    for (const [id, f] of samples) byUpload.set(id, [...(byUpload.get(id) ?? []), f])
+    const finished = [...byUpload.values()].filter((fs) => fs.at(-1) === 1)
+    expect(finished.length).toBe(20)
+    for (const fs of byUpload.values()) expect(fs).toEqual([...fs].sort((a, b) => a - b))
+    expect(await page.locator(`${files} li .status`).allTextContents()).toEqual(Array(20).fill('Uploaded, 100 %'))
+    expect(problems).toEqual([])
+    await context.close()
+  }, 180_000)
+})

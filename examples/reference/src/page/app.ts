@@ -1,0 +1,290 @@
+/**
+ * The board page's script (served bundled as /page/app.js): signs in (a development token when the server
+ * hands one out, else a token the user pastes), posts the `#new-post` form with its attachments, lists
+ * the posts with paging, and shows, edits and deletes one post. Routes are the URL's hash: `#/`,
+ * `#/?page=N`, `#/post/{id}`.
+ */
+import { AttachClient, type AttachBag, type AttachmentView, mergeContainers } from '@attach-storage/client'
+import { AttachField, defineAttachField } from '@attach-storage/client/element'
+
+interface Post {
+  id: number
+  title: string
+  body: string
+  createdBy: number | string | null
+  createdDt: string
+  attachContainer?: AttachBag
+}
+
+const PER_PAGE = 10
+const $ = <T extends HTMLElement>(sel: string, root: ParentNode = document) => root.querySelector(sel) as T
+function h<K extends keyof HTMLElementTagNameMap>(tag: K, props: Record<string, unknown> = {}, ...children: (Node | string)[]) {
+  const el: HTMLElementTagNameMap[K] = Object.assign(document.createElement(tag), props)
+  el.append(...children)
+  return el
+}
+
+let token = sessionStorage.getItem('attach-token') ?? ''
+const client = new AttachClient({ token: () => token })
+AttachField.defaultClient = client
+defineAttachField()
+
+async function api<T>(method: string, path: string, body?: unknown): Promise<{ data: T; headers: Headers }> {
+  const res = await fetch(path, {
+    method,
+    headers: { authorization: `Bearer ${token}`, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  })
+  const text = await res.text()
+  const data = text ? JSON.parse(text) : null
+  if (!res.ok) throw Object.assign(new Error(data?.message ?? `HTTP ${res.status}`), { code: data?.code, status: res.status })
+  return { data, headers: res.headers }
+}
+
+/** Signs in: the development token when the server gives one, else the pasted one. */
+async function signIn(): Promise<boolean> {
+  const auth = $('#auth')
+  const res = await fetch('/page/dev-token')
+  if (res.ok) {
+    token = ((await res.json()) as { token: string }).token
+    auth.replaceChildren(
+      h('span', { className: 'dev' }, 'Signed in as user 1 with a development token: ATTACH_JWT_SECRET is the development secret'),
+    )
+    return true
+  }
+  const input = h('input', { type: 'password', placeholder: 'Bearer token (a JWT)', value: token })
+  input.setAttribute('aria-label', 'Bearer token')
+  const form = h('form', { className: 'row' }, input, h('button', { type: 'submit' }, 'Sign in'))
+  form.addEventListener('submit', (e) => {
+    e.preventDefault()
+    token = input.value.trim()
+    sessionStorage.setItem('attach-token', token)
+    void route()
+  })
+  auth.replaceChildren(form)
+  if (!token)
+    $('#post-list').replaceChildren(h('li', {}, 'Sign in with a token signed with the server’s ATTACH_JWT_SECRET to see the posts.'))
+  return token !== ''
+}
+
+const fields = (root: ParentNode) => [...root.querySelectorAll<AttachField>('attach-field')]
+
+/** The merged attachContainer of a form's fields, or an error to show. */
+function containerOf(root: ParentNode): AttachBag | string {
+  const all = fields(root)
+  if (all.some((f) => f.busy)) return 'Wait until every upload has finished'
+  if (all.some((f) => f.hasErrors)) return 'Remove or retry the files marked with an error first'
+  return mergeContainers(all.map((f) => JSON.parse(f.value) as AttachBag))!
+}
+
+function statusText(el: HTMLElement, text: string, error = false) {
+  el.textContent = text
+  el.classList.toggle('error', error)
+}
+
+async function submitNew(e: SubmitEvent) {
+  e.preventDefault()
+  const form = e.target as HTMLFormElement
+  const status = $('#form-status')
+  const data = new FormData(form)
+  const attachContainer = containerOf(form)
+  if (typeof attachContainer === 'string') return statusText(status, attachContainer, true)
+  statusText(status, 'Publishing…')
+  try {
+    const { data: post } = await api<Post>('POST', '/board', {
+      title: data.get('title'),
+      body: data.get('body'),
+      attachContainer,
+    })
+    form.reset()
+    for (const f of fields(form)) f.setSaved([])
+    statusText(status, `Published “${post.title}”`)
+    location.hash = `#/post/${post.id}`
+  } catch (err) {
+    statusText(status, (err as Error).message, true)
+  }
+}
+
+const attachmentsOf = (bag: AttachBag | undefined): AttachmentView[] =>
+  Object.entries(bag ?? {})
+    .filter(([k, v]) => k !== 'refDomain' && Array.isArray(v))
+    .flatMap(([, v]) => v as AttachmentView[])
+
+async function showBoard(page: number) {
+  $('#post-view').hidden = true
+  $('#board-view').hidden = false
+  const list = $('#post-list')
+  const { data: posts, headers } = await api<Post[]>(
+    'GET',
+    `/board?_usePaging=true&currentPage=${page}&dataPerPage=${PER_PAGE}&sortBy=id:desc`,
+  )
+  const files = new Map<string, AttachmentView[]>()
+  if (posts.length) {
+    const { data } = await api<AttachmentView[]>(
+      'GET',
+      client.api(`/attach?refDomain=board&refKeyList=${posts.map((p) => p.id).join(',')}`),
+    )
+    for (const r of data) files.set(r.refKey, [...(files.get(r.refKey) ?? []), r])
+  }
+  list.replaceChildren(
+    ...posts.map((p) => {
+      const mine = files.get(String(p.id)) ?? []
+      const image = mine.find((r) => r.fileType.startsWith('image/'))
+      const thumb = image
+        ? h('img', { src: client.viewUrl(image.id, { w: 128, h: 128 }), alt: image.displayName, loading: 'lazy' })
+        : h('span', { className: 'none' }, 'no image')
+      return h(
+        'li',
+        {},
+        thumb,
+        h(
+          'div',
+          {},
+          h('a', { href: `#/post/${p.id}` }, p.title),
+          h('div', { className: 'meta' }, `#${p.id} · ${new Date(p.createdDt).toLocaleString()} · ${mine.length} attachment(s)`),
+        ),
+      )
+    }),
+  )
+  if (!posts.length) list.append(h('li', {}, 'No posts yet.'))
+  const total = Number(headers.get('x-app-total-count') ?? posts.length)
+  const pages = Math.max(1, Math.ceil(total / PER_PAGE))
+  $('#pager').replaceChildren(
+    ...Array.from({ length: pages }, (_, i) => {
+      const a = h('a', { href: `#/?page=${i + 1}` }, String(i + 1))
+      if (i + 1 === page) a.setAttribute('aria-current', 'page')
+      return a
+    }),
+  )
+}
+
+function attachmentList(post: Post) {
+  const ul = h('ul', { className: 'attachments', id: 'attachments' })
+  for (const r of attachmentsOf(post.attachContainer)) {
+    const view = client.viewUrl(r.id)
+    const visual = r.fileType.startsWith('image/')
+      ? h(
+          'a',
+          { href: view, target: '_blank' },
+          h('img', { src: client.viewUrl(r.id, { w: 320, h: 320 }), alt: r.displayName, title: r.displayName }),
+        )
+      : h('span', {})
+    ul.append(
+      h(
+        'li',
+        {},
+        visual,
+        h('a', { href: view, target: '_blank', className: 'view' }, r.displayName),
+        h('a', { href: client.viewUrl(r.id, { download: true }), className: 'download', download: r.displayName }, 'Download'),
+        h('span', { className: 'meta' }, `${r.refCategory} · ${r.fileType}`),
+      ),
+    )
+  }
+  if (!ul.children.length) ul.append(h('li', {}, 'No attachments.'))
+  return ul
+}
+
+async function showPost(id: string) {
+  $('#board-view').hidden = true
+  const view = $('#post-view')
+  view.hidden = false
+  let post: Post
+  try {
+    post = (await api<Post>('GET', `/board/${id}`)).data
+  } catch (err) {
+    view.replaceChildren(h('p', { className: 'error' }, (err as Error).message), h('a', { href: '#/' }, 'Back to the board'))
+    return
+  }
+  const all = attachmentsOf(post.attachContainer)
+  const status = h('span', { role: 'status', id: 'post-status' })
+  const zip = h('button', { type: 'button', id: 'download-all', disabled: all.length === 0 }, 'Download all (ZIP)')
+  zip.addEventListener('click', async () => {
+    statusText(status, 'Preparing the ZIP…')
+    const r = await client.zip(
+      all.map((a) => a.id),
+      post.title,
+    )
+    if (!r.ok) return statusText(status, r.error.message, true)
+    const a = h('a', { href: URL.createObjectURL(r.value.blob), download: r.value.fileName })
+    document.body.append(a)
+    a.click()
+    a.remove()
+    setTimeout(() => URL.revokeObjectURL(a.href), 10_000)
+    statusText(status, `Downloaded ${r.value.fileName}`)
+  })
+  const edit = h('button', { type: 'button', className: 'secondary', id: 'edit-post' }, 'Edit')
+  const del = h('button', { type: 'button', className: 'danger', id: 'delete-post' }, 'Delete')
+  del.addEventListener('click', async () => {
+    if (!confirm(`Delete “${post.title}” and its attachments?`)) return
+    try {
+      await api('DELETE', `/board/${post.id}`)
+      location.hash = '#/'
+    } catch (err) {
+      statusText(status, (err as Error).message, true)
+    }
+  })
+  edit.addEventListener('click', () => view.replaceChildren(editForm(post)))
+  view.replaceChildren(
+    h('p', {}, h('a', { href: '#/' }, '← Board')),
+    h('h2', { id: 'post-title' }, post.title),
+    h('p', { className: 'meta' }, `#${post.id} · by user ${post.createdBy} · ${new Date(post.createdDt).toLocaleString()}`),
+    h('p', { className: 'body' }, post.body),
+    attachmentList(post),
+    h('div', { className: 'row' }, zip, edit, del, status),
+  )
+}
+
+function editForm(post: Post): HTMLFormElement {
+  const title = h('input', { name: 'title', required: true, maxLength: 200, value: post.title })
+  const body = h('textarea', { name: 'body', rows: 3, value: post.body })
+  const field = (category: string, legend: string) => {
+    const f = document.createElement('attach-field') as AttachField
+    f.setAttribute('domain', 'board')
+    f.setAttribute('category', category)
+    f.setAttribute('name', `attach-${category}`)
+    f.setAttribute('max-files', '50')
+    f.setSaved(((post.attachContainer?.[category] as AttachmentView[] | undefined) ?? []).slice())
+    return h('fieldset', {}, h('legend', {}, legend), f)
+  }
+  const status = h('span', { role: 'status', id: 'edit-status' })
+  const cancel = h('button', { type: 'button', className: 'secondary' }, 'Cancel')
+  cancel.addEventListener('click', () => void showPost(String(post.id)))
+  const form = h(
+    'form',
+    { id: 'edit-post-form' },
+    h('h2', {}, `Edit “${post.title}”`),
+    h('label', {}, 'Title ', title),
+    h('label', {}, 'Text ', body),
+    field('image', 'Images'),
+    field('default', 'Files'),
+    h('div', { className: 'row' }, h('button', { type: 'submit' }, 'Save'), cancel, status),
+  )
+  form.addEventListener('submit', async (e) => {
+    e.preventDefault()
+    const attachContainer = containerOf(form)
+    if (typeof attachContainer === 'string') return statusText(status, attachContainer, true)
+    try {
+      await api('PUT', `/board/${post.id}`, { title: title.value, body: body.value, attachContainer })
+      await showPost(String(post.id))
+    } catch (err) {
+      statusText(status, (err as Error).message, true)
+    }
+  })
+  return form
+}
+
+async function route() {
+  if (!token) return
+  const hash = location.hash.replace(/^#/, '') || '/'
+  const post = /^\/post\/(\d+)$/.exec(hash)
+  try {
+    if (post) await showPost(post[1]!)
+    else await showBoard(Math.max(1, Number(new URLSearchParams(hash.split('?')[1] ?? '').get('page')) || 1))
+  } catch (err) {
+    $('#post-list').replaceChildren(h('li', { className: 'error' }, (err as Error).message))
+  }
+}
+
+$<HTMLFormElement>('#new-post').addEventListener('submit', (e) => void submitNew(e as SubmitEvent))
+window.addEventListener('hashchange', () => void route())
+if (await signIn()) await route()
