@@ -1,5 +1,5 @@
 /** The `attach-storage` command on the local store and a real SQLite file, run in-process through main(). */
-import { mkdtempSync, readFileSync, rmSync, truncateSync, unlinkSync, utimesSync, writeFileSync, mkdirSync } from 'node:fs'
+import { existsSync, mkdtempSync, readFileSync, rmSync, truncateSync, unlinkSync, utimesSync, writeFileSync, mkdirSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { dirname, join } from 'node:path'
 import { Writable } from 'node:stream'
@@ -140,6 +140,9 @@ describe('attach-storage copy-store between two local stores', () => {
     expect(before.code).toBe(0)
     expect(before.json()).toMatchObject({ copied: 20, skipped: 0, switched: 0 })
     for (const f of files) expect(readFileSync(join(dataDir, 'archive', f.key)).length).toBe(1000)
+    const variant = join(dataDir, 'files', dirname(files[0]!.key), '_v', String(files[0]!.id), '10x10')
+    mkdirSync(dirname(variant), { recursive: true })
+    writeFileSync(variant, 'variant in the old store')
     const flipped = await run([
       'copy-store',
       '--domain',
@@ -152,6 +155,7 @@ describe('attach-storage copy-store between two local stores', () => {
       config('archive'),
     ])
     expect(flipped.json()).toMatchObject({ copied: 0, skipped: 20, switched: 20, deletedSource: 20 })
+    expect(existsSync(variant)).toBe(false)
     expect((await run(['stats', '--json', '--config', config('archive')])).json().blobs).toEqual([
       { store: 'archive', count: 20, bytes: 20000, pending: 0 },
     ])

@@ -70,6 +70,7 @@ export async function verifyCommand(options: VerifyOptions, io: CliIo): Promise<
     const stats = await ctx.repo.stats()
     const total = stats.blobs.reduce((n, s) => n + s.count - s.pending, 0)
     const progress = startProgress('verify', total, io.stderr)
+    const started = performance.now()
     let files = 0
     let bytes = 0
     try {
@@ -96,7 +97,8 @@ export async function verifyCommand(options: VerifyOptions, io: CliIo): Promise<
       }
     }
     const interrupted = io.signal.aborted
-    report(io, options, { files, bytes, storeFilesScanned: scanned, problems, interrupted }, [
+    const seconds = (performance.now() - started) / 1000
+    report(io, options, { files, bytes, storeFilesScanned: scanned, seconds, problems, interrupted }, [
       `verified ${files} file(s), ${bytes} bytes; ${scanned} stored file(s) scanned for orphans`,
       ...problems.map(
         (p) => `${p.kind}\t${p.store}\t${p.key}${p.expected !== undefined ? `\texpected ${p.expected}, found ${p.actual}` : ''}`,
