@@ -17,6 +17,7 @@ import { cpus, loadavg, tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
 import { setProfileDir } from './lib/proc.js'
 import { MiB, renderTable, type Context, type Row } from './lib/report.js'
+import { copyStoreBench, verifyBench } from './scenarios/cli.js'
 import { adaptersBench, listBench, s3Bench } from './scenarios/hooks.js'
 import { hostileBench } from './scenarios/hostile.js'
 import { resizeBench } from './scenarios/resize.js'
@@ -42,6 +43,8 @@ const SCENARIOS: Scenario[] = [
   { name: 'list', title: 'list (bench/list.ts)', run: listBench },
   { name: 'adapters', title: '50 KB views through the Express and Fastify adapters', run: adaptersBench },
   { name: 's3', title: 'S3 store upload and view', run: s3Bench },
+  { name: 'cli-copy', title: 'attach-storage copy-store local → S3 against the S3 SDK alone', run: copyStoreBench },
+  { name: 'cli-verify', title: 'attach-storage verify of 100,000 records', run: verifyBench },
   { name: 'hostile', title: 'memory of hostile requests (60 MB JSON, 100 text parts of 1 MiB)', run: hostileBench },
 ]
 

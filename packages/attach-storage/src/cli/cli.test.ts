@@ -1,0 +1,182 @@
+/** The `attach-storage` command on the local store and a real SQLite file, run in-process through main(). */
+import { existsSync, mkdtempSync, readFileSync, rmSync, truncateSync, unlinkSync, utimesSync, writeFileSync, mkdirSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { dirname, join } from 'node:path'
+import { Writable } from 'node:stream'
+import { afterEach, beforeEach, describe, expect, it } from 'vitest'
+import { LocalStore } from '../stores/local-store.js'
+import { main } from './main.js'
+import type { CliIo } from './runtime.js'
+import { openDataDir, seedFiles } from './test-seed.js'
+
+class Sink extends Writable {
+  text = ''
+  override _write(chunk: Buffer, _e: BufferEncoding, cb: () => void) {
+    this.text += chunk.toString()
+    cb()
+  }
+}
+
+let dataDir: string
+beforeEach(() => {
+  dataDir = mkdtempSync(join(tmpdir(), 'attach-cli-'))
+})
+afterEach(() => rmSync(dataDir, { recursive: true, force: true }))
+
+async function run(args: string[], env: Record<string, string> = {}) {
+  const stdout = new Sink()
+  const stderr = new Sink()
+  const io: CliIo = { stdout, stderr, env: { ATTACH_DATA_DIR: dataDir, ...env }, cwd: dataDir, signal: new AbortController().signal }
+  const code = await main(args, io)
+  return { code, stdout: stdout.text, stderr: stderr.text, json: () => JSON.parse(stdout.text) }
+}
+
+async function seed(count: number, size = 1000, domain = 'demo') {
+  const { db, repo } = await openDataDir(dataDir)
+  const store = new LocalStore('local', { baseDir: join(dataDir, 'files') })
+  try {
+    return await seedFiles(repo, store, { count, size, domain })
+  } finally {
+    await db.destroy()
+  }
+}
+
+describe('attach-storage migrate', () => {
+  it('prints the SQL with --dry-run and changes nothing; applies once; is idempotent', async () => {
+    const dry = await run(['migrate', '--dry-run'])
+    expect(dry.code).toBe(0)
+    expect(dry.stdout).toContain('create table "attach_blob"')
+    expect(dry.stdout).toContain('-- migration 0002_blob_tmp_name')
+    expect((await run(['migrate', '--dry-run'])).stdout).toContain('create table "attach_file"')
+    const first = await run(['migrate', '--json'])
+    expect(first.json().applied).toEqual(['0001_attach_tables', '0002_blob_tmp_name'])
+    const again = await run(['migrate'])
+    expect(again.stdout).toContain('up to date')
+    expect((await run(['migrate', '--dry-run'])).stdout).toContain('up to date')
+  })
+})
+
+describe('attach-storage verify on the local store', () => {
+  it('is clean on intact files, then finds a truncated file, a flipped byte, a missing file and an orphan', async () => {
+    const files = await seed(12)
+    const clean = await run(['verify', '--json'])
+    expect(clean.stderr).toContain('"progress":"verify"')
+    expect(clean.code).toBe(0)
+    expect(clean.json()).toMatchObject({ files: 12, problems: [] })
+    const path = (key: string) => join(dataDir, 'files', key)
+    truncateSync(path(files[0]!.key), 500)
+    const flipped = readFileSync(path(files[1]!.key))
+    flipped[10] = flipped[10]! ^ 0xff
+    writeFileSync(path(files[1]!.key), flipped)
+    unlinkSync(path(files[2]!.key))
+    const orphan = 'demo/2026/11/99/aaaaaaaa-bbbb-4ccc-8ddd-eeeeeeeeeeee.bin'
+    mkdirSync(dirname(path(orphan)), { recursive: true })
+    writeFileSync(path(orphan), 'nobody points here')
+    const found = await run(['verify', '--json'])
+    expect(found.code).toBe(1)
+    const kinds = Object.fromEntries(found.json().problems.map((p: { kind: string; key: string }) => [p.key, p.kind]))
+    expect(kinds).toEqual({ [files[0]!.key]: 'size', [files[1]!.key]: 'sha256', [files[2]!.key]: 'missing', [orphan]: 'orphan' })
+    const text = await run(['verify'])
+    expect(text.code).toBe(1)
+    expect(text.stdout).toContain('4 problem(s)')
+  })
+})
+
+describe('attach-storage stats, sweep and variants', () => {
+  it('counts files per domain, category and store, variants and temporary files', async () => {
+    await seed(5, 100)
+    await seed(3, 10, 'board')
+    const stats = await run(['stats', '--json'])
+    expect(stats.code).toBe(0)
+    expect(stats.json().records).toEqual([
+      { refDomain: 'board', refCategory: 'default', store: 'local', count: 3, bytes: 30 },
+      { refDomain: 'demo', refCategory: 'default', store: 'local', count: 5, bytes: 500 },
+    ])
+    expect(stats.json().blobs).toEqual([{ store: 'local', count: 8, bytes: 530, pending: 0 }])
+  })
+
+  it('sweeps expired temporary files and orphaned variants (counted first with --dry-run); purges a domain’s variants', async () => {
+    const files = await seed(2)
+    const variant = (id: number) => join(dataDir, 'files', dirname(files[0]!.key), '_v', String(id), '100x100')
+    for (const id of [files[0]!.id, 987654]) {
+      mkdirSync(dirname(variant(id)), { recursive: true })
+      writeFileSync(variant(id), 'variant')
+    }
+    const tmp = join(dataDir, 'tmp', '_tmp', 'old.bin')
+    mkdirSync(dirname(tmp), { recursive: true })
+    writeFileSync(tmp, 'old')
+    const old = new Date(Date.now() - 3 * 86400_000)
+    utimesSync(tmp, old, old)
+    const dry = await run(['sweep', '--dry-run', '--json'])
+    expect(dry.json()).toMatchObject({ dryRun: true, temporaryFiles: 1, orphanVariants: 1 })
+    expect((await run(['stats', '--json'])).json().variants).toEqual([{ store: 'local', count: 2, bytes: 14 }])
+    const swept = await run(['sweep', '--json'])
+    expect(swept.json()).toMatchObject({ temporaryFiles: 1, orphanVariants: 1 })
+    expect((await run(['sweep', '--dry-run', '--json'])).json()).toMatchObject({ temporaryFiles: 0, orphanVariants: 0 })
+    const purged = await run(['variants', 'purge', '--domain', 'demo', '--json'])
+    expect(purged.json()).toMatchObject({ records: 2, removed: 1 })
+    expect((await run(['stats', '--json'])).json().variants[0].count).toBe(0)
+    expect((await run(['verify'])).code).toBe(0)
+  })
+})
+
+describe('attach-storage copy-store between two local stores', () => {
+  it('copies and verifies, points the records at the target once configured, then deletes the source', async () => {
+    const files = await seed(20)
+    const config = (domainStore: string) => {
+      const file = join(dataDir, `attach-${domainStore}.json`)
+      writeFileSync(
+        file,
+        JSON.stringify({
+          attach: {
+            stores: { local: { type: 'local' }, archive: { type: 'local', 'base-dir': join(dataDir, 'archive') } },
+            domains: { demo: { store: domainStore, categories: { default: {} } } },
+          },
+        }),
+      )
+      return file
+    }
+    const before = await run(['copy-store', '--domain', 'demo', '--to', 'archive', '--json', '--config', config('local')])
+    expect(before.code).toBe(0)
+    expect(before.json()).toMatchObject({ copied: 20, skipped: 0, switched: 0 })
+    for (const f of files) expect(readFileSync(join(dataDir, 'archive', f.key)).length).toBe(1000)
+    const variant = join(dataDir, 'files', dirname(files[0]!.key), '_v', String(files[0]!.id), '10x10')
+    mkdirSync(dirname(variant), { recursive: true })
+    writeFileSync(variant, 'variant in the old store')
+    const flipped = await run([
+      'copy-store',
+      '--domain',
+      'demo',
+      '--to',
+      'archive',
+      '--delete-source',
+      '--json',
+      '--config',
+      config('archive'),
+    ])
+    expect(flipped.json()).toMatchObject({ copied: 0, skipped: 20, switched: 20, deletedSource: 20 })
+    expect(existsSync(variant)).toBe(false)
+    expect((await run(['stats', '--json', '--config', config('archive')])).json().blobs).toEqual([
+      { store: 'archive', count: 20, bytes: 20000, pending: 0 },
+    ])
+    expect((await run(['verify', '--config', config('archive')])).code).toBe(0)
+  })
+})
+
+describe('attach-storage usage', () => {
+  it('answers 2 with a message and no stack on bad usage and bad configuration', async () => {
+    const unknown = await run(['frobnicate'])
+    expect(unknown.code).toBe(2)
+    const missing = await run(['copy-store', '--domain', 'demo'])
+    expect(missing.code).toBe(2)
+    expect(missing.stderr).toContain('--to')
+    const noFile = await run(['stats', '--config', 'nope.json'])
+    expect(noFile.code).toBe(2)
+    expect(noFile.stderr).toMatch(/^attach-storage: Cannot read the configuration file .*nope\.json/)
+    expect(noFile.stderr).not.toContain('    at ')
+    const undeclared = await run(['copy-store', '--domain', 'demo', '--to', 'nowhere'])
+    expect(undeclared.code).toBe(2)
+    expect(undeclared.stderr).toContain('store "nowhere" is not declared')
+    expect((await run(['variants', 'make', '--domain', 'demo'])).code).toBe(2)
+  })
+})

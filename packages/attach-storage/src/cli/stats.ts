@@ -1,0 +1,44 @@
+/** `attach-storage stats`: files and bytes per domain, category and store; variants; temporary files. */
+import { TMP_PREFIX } from '../service/temporary.js'
+import { type CliIo, distinctStores, EXIT, formatBytes, type GlobalOptions, openService, report } from './runtime.js'
+import { variantOwner } from './walk.js'
+
+export async function statsCommand(options: GlobalOptions, io: CliIo): Promise<number> {
+  const { ctx, close } = await openService(options, io)
+  try {
+    const { records, blobs } = await ctx.repo.stats()
+    const variants: Array<{ store: string; count: number; bytes: number }> = []
+    for (const store of distinctStores(ctx)) {
+      const v = { store: store.name, count: 0, bytes: 0 }
+      for await (const e of store.list('')) {
+        if (!e.key.startsWith(TMP_PREFIX) && variantOwner(e.key) !== undefined) {
+          v.count++
+          v.bytes += e.size
+        }
+      }
+      variants.push(v)
+    }
+    const temporary = { count: 0, bytes: 0 }
+    for await (const e of ctx.stores.tmpStore.list(TMP_PREFIX)) {
+      if (e.key.endsWith('.meta.json')) continue
+      temporary.count++
+      temporary.bytes += e.size
+    }
+    report(io, options, { records, blobs, variants, temporary }, [
+      'domain\tcategory\tstore\tfiles\tbytes',
+      ...records.map((r) => `${r.refDomain}\t${r.refCategory}\t${r.store}\t${r.count}\t${r.bytes} (${formatBytes(r.bytes)})`),
+      '',
+      'store\tstored files\tbytes\tpending\tvariants\tvariant bytes',
+      ...distinctStores(ctx).map((s) => {
+        const b = blobs.find((x) => x.store === s.name) ?? { count: 0, bytes: 0, pending: 0 }
+        const v = variants.find((x) => x.store === s.name)!
+        return `${s.name}\t${b.count}\t${b.bytes} (${formatBytes(b.bytes)})\t${b.pending}\t${v.count}\t${v.bytes}`
+      }),
+      '',
+      `temporary files: ${temporary.count}, ${temporary.bytes} bytes (${formatBytes(temporary.bytes)})`,
+    ])
+    return EXIT.ok
+  } finally {
+    await close()
+  }
+}

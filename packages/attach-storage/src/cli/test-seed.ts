@@ -1,0 +1,87 @@
+/**
+ * Test and bench only (not exported): real stored files and their rows, written through a store and the
+ * repository (a confirmed save's rows without the HTTP path), fast enough for thousands of files.
+ */
+import { createHash, randomBytes, randomUUID } from 'node:crypto'
+import { mkdirSync } from 'node:fs'
+import { mkdir, writeFile } from 'node:fs/promises'
+import { dirname, join } from 'node:path'
+import type { Kysely } from 'kysely'
+import { AttachRepository } from '../repository/attach-repository.js'
+import { openDatabase } from '../repository/database.js'
+import { migrateAttachSchema } from '../repository/migrations.js'
+import { storeKey } from '../service/layout.js'
+import type { Store } from '../stores/store.js'
+
+export interface SeededFile {
+  id: number
+  blobId: number
+  key: string
+  sha256: string
+  size: number
+}
+
+/** Opens (and migrates) the SQLite file of a data directory laid out as the reference server's. */
+export async function openDataDir(dataDir: string): Promise<{ db: Kysely<any>; repo: AttachRepository }> {
+  mkdirSync(join(dataDir, 'files'), { recursive: true })
+  const db = await openDatabase({ type: 'sqlite', file: join(dataDir, 'attach.db') })
+  await migrateAttachSchema(db)
+  return { db, repo: new AttachRepository(db) }
+}
+
+/** Writes `count` files of `size` random bytes to `store` (declared as `storeName`), each with its blob and record. */
+export async function seedFiles(
+  repo: AttachRepository,
+  store: Store,
+  options: { storeName?: string; domain?: string; count: number; size: number; perKey?: number; concurrency?: number },
+): Promise<SeededFile[]> {
+  const domain = options.domain ?? 'demo'
+  const out: SeededFile[] = new Array(options.count)
+  const createdDt = new Date().toISOString()
+  let next = 0
+  const worker = async () => {
+    for (;;) {
+      const i = next++
+      if (i >= options.count) return
+      const bytes = randomBytes(options.size)
+      const sha256 = createHash('sha256').update(bytes).digest('hex')
+      const refKey = String(Math.floor(i / (options.perKey ?? 10)) + 1)
+      const savedDir = `/${domain}/2026/11/${refKey}/`
+      const savedName = `${randomUUID()}.bin`
+      const key = storeKey(savedDir, savedName)
+      if (store.localPath) {
+        // A fixture on the local disk: written plainly (no fsync), so that 100,000 files take seconds.
+        const path = store.localPath(key)
+        await mkdir(dirname(path), { recursive: true })
+        await writeFile(path, bytes)
+      } else await store.put(key, bytes, { size: bytes.length })
+      const blob = await repo.reserveBlob({
+        store: options.storeName ?? store.name,
+        savedDir,
+        savedName,
+        fileSize: bytes.length,
+        fileType: 'application/octet-stream',
+        sha256,
+        createdDt,
+      })
+      const rec = await repo.createRecord(
+        blob.id,
+        {
+          refDomain: domain,
+          refKey,
+          refCategory: 'default',
+          displayName: `file-${i}.bin`,
+          ext: 'bin',
+          fmetaValue: null,
+          sort: i % (options.perKey ?? 10),
+          createdBy: null,
+          createdDt,
+        },
+        { requireLive: false, requirePending: true },
+      )
+      out[i] = { id: rec!.id, blobId: blob.id, key, sha256, size: bytes.length }
+    }
+  }
+  await Promise.all(Array.from({ length: options.concurrency ?? 4 }, worker))
+  return out
+}
