@@ -156,12 +156,15 @@ export async function resizeBench(ctx: Context): Promise<void> {
       status: judge(oursRate / sharpRate, '>=', 0.9),
     })
 
-    // Ten identical concurrent first requests: one generation, one variant file.
+    // Ten identical concurrent first requests: one generation, one variant file. On a record of its own:
+    // the one above holds more sizes than `resize.max-variants` stores, so its further sizes are made
+    // on the fly and never stored.
+    const [tenRec] = await ours.save([{ path: photo, name: 'photo.jpg' }])
     const filesDir = join(ours.dataDir, 'files')
     const before = new Set(await listFiles(filesDir))
     const tenMem = new PeakMemory(ours.pid)
     tenMem.start()
-    const ten = await Promise.all(Array.from({ length: 10 }, () => resized(ours!, warmRec.id, 900)))
+    const ten = await Promise.all(Array.from({ length: 10 }, () => resized(ours!, tenRec!.id, 900)))
     const lengths = new Set(ten.map((r) => r.bytes))
     if (ten.some((r) => r.status !== 200 || r.width !== 900) || lengths.size !== 1) {
       throw new Error(`ten identical requests: statuses ${ten.map((r) => r.status).join(',')}, ${lengths.size} different lengths`)

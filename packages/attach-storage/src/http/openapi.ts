@@ -311,6 +311,16 @@ const FILE_RESPONSES: Record<string, ResponseDoc> = {
 /** A signed view URL's `exp` and `sig` (guarded categories with signing configured). */
 const SignatureQuery = v.object({ exp: v.optional(v.string()), sig: v.optional(v.string()) })
 
+const STRING_HEADER = { schema: { type: 'string' } }
+const INTEGER_HEADER = { schema: { type: 'integer', minimum: 0 } }
+/** What `OPTIONS attach/tus` answers. */
+const TUS_CAPABILITIES = {
+  'tus-version': STRING_HEADER,
+  'tus-extension': STRING_HEADER,
+  'tus-max-size': INTEGER_HEADER,
+  'tus-checksum-algorithm': STRING_HEADER,
+}
+
 /** What the document says of each core route, by `METHOD path`. A route's own `doc` wins. */
 const ROUTE_DOCS: Record<string, RouteDoc> = {
   'POST attach/tmp': {
@@ -327,6 +337,53 @@ const ROUTE_DOCS: Record<string, RouteDoc> = {
   'POST attach/presign': {
     summary: 'Presigned upload address in the temporary store (S3, Azure)',
     responses: { 200: { description: 'Where and how to send the bytes; `name` is the `savedName`', json: PresignAnswer } },
+  },
+  'OPTIONS attach/tus': {
+    summary: 'Resumable uploads (tus 1.0): the server’s version, extensions and limits',
+    responses: { 204: { description: 'The tus capabilities', headers: TUS_CAPABILITIES } },
+  },
+  'OPTIONS attach/tus/:id': {
+    summary: 'Resumable uploads (tus 1.0): the server’s version, extensions and limits',
+    responses: { 204: { description: 'The tus capabilities', headers: TUS_CAPABILITIES } },
+  },
+  'POST attach/tus': {
+    summary: 'Resumable upload, creation (tus 1.0 `creation`, `creation-with-upload`, `creation-defer-length`)',
+    description:
+      'Headers: `Tus-Resumable: 1.0.0`, `Upload-Length` (or `Upload-Defer-Length: 1`), `Upload-Metadata` with `filename`, `refDomain`, `refCategory` (base64 values); optionally the first bytes as `application/offset+octet-stream` with `Upload-Checksum`. The last segment of `Location` is the `savedName` of the confirmed save once the upload is complete (docs/resumable.md).',
+    responses: {
+      201: {
+        description: 'Created',
+        headers: {
+          location: STRING_HEADER,
+          'upload-offset': INTEGER_HEADER,
+          'upload-expires': STRING_HEADER,
+          'tus-resumable': STRING_HEADER,
+        },
+      },
+    },
+  },
+  'HEAD attach/tus/:id': {
+    summary: 'Resumable upload: where it stands',
+    responses: {
+      200: {
+        description: 'The bytes received and the declared length',
+        headers: { 'upload-offset': INTEGER_HEADER, 'upload-length': INTEGER_HEADER, 'upload-expires': STRING_HEADER },
+      },
+    },
+  },
+  'PATCH attach/tus/:id': {
+    summary: 'Resumable upload: bytes at `Upload-Offset`',
+    description:
+      '`Content-Type: application/offset+octet-stream`, `Upload-Offset`, optionally `Upload-Checksum` (sha1, sha256, md5). The request bringing the last byte completes the upload through the category’s filters. 409 for another offset, 415 for another type, 460 for another digest.',
+    responses: { 204: { description: 'Kept; the new offset', headers: { 'upload-offset': INTEGER_HEADER } } },
+  },
+  'POST attach/tus/:id': {
+    summary: 'Resumable upload: PATCH or DELETE sent as POST with `X-HTTP-Method-Override`',
+    responses: { 204: { description: 'As the overridden method answers', headers: { 'upload-offset': INTEGER_HEADER } } },
+  },
+  'DELETE attach/tus/:id': {
+    summary: 'Resumable upload: termination (finished or not)',
+    responses: { 204: { description: 'Removed' } },
   },
   'POST ckupload/:kind': {
     summary: 'CKEditor 4/5 image upload (`dnd`: JSON, `modal`: HTML calling CKEDITOR.tools.callFunction)',

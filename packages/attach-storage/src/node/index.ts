@@ -55,8 +55,12 @@ export interface ToWebRequestOptions extends NodeBridgeOptions {
 /** A `node:http` request listener. */
 export type NodeHandler = (req: IncomingMessage, res: ServerResponse) => Promise<void>
 
-/** Request bytes queued ahead of the reader before the socket is paused. */
-const BODY_HIGH_WATER_MARK = 64 * 1024
+/**
+ * Request bytes queued ahead of the reader: none. The socket is read only when the reader asks, so a
+ * body nobody has read yet is still whole in Node's stream, for a reader that takes it as that stream
+ * (`NODE_REQUEST_BODY`: the upload readers), and a refused request has read nothing it must discard.
+ */
+const BODY_HIGH_WATER_MARK = 0
 
 const HOST = /^(?:[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.?|\[[0-9A-Fa-f:.]+\])(?::\d{1,5})?$/
 
