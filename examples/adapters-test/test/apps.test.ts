@@ -1015,6 +1015,25 @@ describe('host middleware around the adapters', () => {
       toWeb.mockClear()
       const name = await upload(`${base}/api/storage/attach/tmp`)
       expect(toWeb).not.toHaveBeenCalled()
+      // A resumable upload's PATCH too.
+      const created = await fetch(`${base}/api/storage/attach/tus`, {
+        method: 'POST',
+        headers: {
+          ...auth,
+          'tus-resumable': '1.0.0',
+          'upload-length': String(bytes.length),
+          'upload-metadata': `filename ${Buffer.from('t.bin').toString('base64')},refDomain ${Buffer.from('demo').toString('base64')}`,
+        },
+      })
+      expect(created.status).toBe(201)
+      toWeb.mockClear()
+      const patched = await fetch(`${base}${created.headers.get('location')}`, {
+        method: 'PATCH',
+        headers: { ...auth, 'tus-resumable': '1.0.0', 'upload-offset': '0', 'content-type': 'application/offset+octet-stream' },
+        body: new Uint8Array(bytes),
+      })
+      expect([patched.status, patched.headers.get('upload-offset')]).toEqual([204, String(bytes.length)])
+      expect(toWeb).not.toHaveBeenCalled()
       const saved = await fetch(`${base}/api/storage/attach/demo/hono-node-body`, {
         method: 'POST',
         body: JSON.stringify({ default: [{ savedName: name }] }),

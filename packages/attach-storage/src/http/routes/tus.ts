@@ -5,7 +5,7 @@
  * The upload's id (the last segment of `Location`) is the temporary file's `name`. Errors answer
  * `{code, message}` (HEAD: the status alone), always with `Tus-Resumable`.
  */
-import { Readable } from 'node:stream'
+import { PassThrough, Readable } from 'node:stream'
 import * as v from 'valibot'
 import { AttachStorageError, badRequest } from '../../errors.js'
 import {
@@ -17,6 +17,7 @@ import {
   terminateResumable,
 } from '../../service/resumable.js'
 import { SAVED_NAME } from '../../service/layout.js'
+import { nodeRequestBodyOf } from '../node-body.js'
 import { answeredError } from '../respond.js'
 import { defineRoute, noRoute, type Route, type RouteEnv } from '../router.js'
 
@@ -77,16 +78,44 @@ function headersOf(status: Partial<ResumableStatus>): Headers {
   return h
 }
 
-const bodies = new WeakMap<Request, Readable>()
-/** The request's bytes as a Node stream (one per request), or null without a body. */
+const bodies = new WeakMap<Request, { stream: Readable; signal?: AbortSignal }>()
+/**
+ * The request's bytes as a Node stream (one per request), or null without a body: on Node, the
+ * request's own stream while nothing has read it (`NODE_REQUEST_BODY`), seen through a pass-through so
+ * that giving up on it (an error answer) never destroys the connection the answer goes out on; else
+ * the Web body. Take it before anything else of the request is read (see {@link signalOf}).
+ */
 function bodyOf(request: Request): Readable | null {
-  if (!request.body) return null
-  let b = bodies.get(request)
-  if (!b) {
-    b = Readable.fromWeb(request.body as import('node:stream/web').ReadableStream)
-    bodies.set(request, b)
+  const known = bodies.get(request)
+  if (known) return known.stream
+  const node = nodeRequestBodyOf(request)
+  if (node) {
+    const stream = new PassThrough({ highWaterMark: 64 * 1024 })
+    const gone = new AbortController()
+    node.once('error', (err) => stream.destroy(err))
+    node.once('close', () => {
+      if (node.readableEnded) return
+      const err = new AttachStorageError('aborted', 'The client went away before the request body ended', { status: 400 })
+      gone.abort(err)
+      stream.destroy(err)
+    })
+    node.pipe(stream)
+    bodies.set(request, { stream, signal: gone.signal })
+    return stream
   }
-  return b
+  if (!request.body) return null
+  const stream = Readable.fromWeb(request.body as import('node:stream/web').ReadableStream)
+  bodies.set(request, { stream })
+  return stream
+}
+
+/**
+ * The client going away, for a request whose body {@link bodyOf} took: Node's stream closing early when
+ * it was taken (the Web request's `signal` is then left alone: on @hono/node-server reading it would
+ * make a Web body that reads the same stream), else the request's signal.
+ */
+function signalOf(request: Request): AbortSignal | undefined {
+  return bodies.get(request)?.signal ?? request.signal
 }
 
 /** Runs a tus handler: the resumable switch, `Tus-Resumable`, and errors with the tus headers. */
@@ -103,7 +132,7 @@ function tus(handle: (env: RouteEnv, id: string) => Promise<Response>, options: 
       return await handle(env, (input.params as { id?: string } | undefined)?.id ?? '')
     } catch (err) {
       // Bytes not read are not waited for.
-      const b = bodies.get(env.request)
+      const b = bodies.get(env.request)?.stream
       if (b) b.destroy()
       else if (env.request.body && !env.request.bodyUsed) await env.request.body.cancel().catch(() => undefined)
       const e = answeredError(err, env.ctx.logger)
@@ -138,19 +167,10 @@ async function append(env: RouteEnv, id: string): Promise<Response> {
   const offset = integerHeader(r, 'upload-offset')
   if (offset === undefined) throw badRequest('Upload-Offset is required')
   const checksum = checksumHeader(r)
-  const status = await appendResumable(
-    env.ctx,
-    id,
-    {
-      offset,
-      body: bodyOf(r),
-      contentLength: integerHeader(r, 'content-length'),
-      length: integerHeader(r, 'upload-length'),
-      checksum,
-      signal: r.signal,
-    },
-    env.access,
-  )
+  const contentLength = integerHeader(r, 'content-length')
+  const length = integerHeader(r, 'upload-length')
+  const body = bodyOf(r)
+  const status = await appendResumable(env.ctx, id, { offset, body, contentLength, length, checksum, signal: signalOf(r) }, env.access)
   return new Response(null, { status: 204, headers: headersOf({ ...status, length: undefined }) })
 }
 
@@ -194,7 +214,7 @@ export const tusRoutes: Route[] = [
         status = await appendResumable(
           env.ctx,
           status.name,
-          { offset: 0, body: withBytes ? bodyOf(r) : null, contentLength, checksum, signal: r.signal },
+          { offset: 0, body: withBytes ? bodyOf(r) : null, contentLength, checksum, signal: signalOf(r) },
           env.access,
         )
       }
