@@ -291,23 +291,31 @@ describe('the board page', () => {
     await page.goto(srv.base)
     await page.locator('#post-list li').first().waitFor()
     const files = 'attach-field[name="attachContainer"]'
-    await page.evaluate((selector) => {
+    // The drop, then at once (uploads of 5 MB on loopback take a few milliseconds each): how many rows
+    // wait for a slot, and a click on the last one's Cancel while it waits.
+    const queuedAtDrop = await page.evaluate(async (selector) => {
       const dt = new DataTransfer()
       for (let i = 0; i < 20; i++) {
         const bytes = new Uint8Array(5 * 1024 * 1024)
         bytes.fill(i)
         dt.items.add(new File([bytes], `big-${String(i).padStart(2, '0')}.bin`, { type: 'application/octet-stream' }))
       }
-      document.querySelector(selector)!.dispatchEvent(new DragEvent('drop', { dataTransfer: dt, bubbles: true, cancelable: true }))
+      const field = document.querySelector(selector)!
+      field.dispatchEvent(new DragEvent('drop', { dataTransfer: dt, bubbles: true, cancelable: true }))
+      await new Promise((r) => setTimeout(r, 0))
+      const rows = [...(field.shadowRoot ?? field).querySelectorAll('li')] as HTMLElement[]
+      const queued = rows.filter((li) => li.dataset.state === 'queued').length
+      const last = rows.find((li) => li.textContent?.includes('big-19.bin'))
+      ;(last?.querySelector('button.cancel') as HTMLButtonElement | null)?.click()
+      return queued
     }, files)
-    // Cancel the last one while it waits: it shows "Cancelled" with a Retry button.
+    // The last one, cancelled while it waited, shows "Cancelled" with a Retry button.
     const last = page.locator(`${files} li`, { hasText: 'big-19.bin' })
-    await last.locator('button.cancel').click()
     await expect.poll(() => last.getAttribute('data-state')).toBe('failed')
     expect(await last.locator('.error').textContent()).toBe('Cancelled')
     // While the rest runs: the done count only grows, and some rows wait while others upload.
     const seen: number[] = []
-    let sawWaiting = false
+    let sawWaiting = queuedAtDrop > 0
     for (;;) {
       const states = await page.locator(`${files} li`).evaluateAll((lis) => lis.map((li) => (li as HTMLElement).dataset.state))
       seen.push(states.filter((s) => s === 'done').length)
