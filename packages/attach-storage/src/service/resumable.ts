@@ -245,7 +245,15 @@ export function terminateResumable(ctx: ServiceContext, name: string, access: Ac
 export function appendResumable(
   ctx: ServiceContext,
   name: string,
-  input: { offset: number; body: Readable | null; contentLength?: number; length?: number; checksum?: Checksum; signal?: AbortSignal },
+  input: {
+    offset: number
+    /** The request's bytes: a Node stream, or any async iterable of chunks (nothing buffered ahead). */
+    body: AsyncIterable<Uint8Array> | null
+    contentLength?: number
+    length?: number
+    checksum?: Checksum
+    signal?: AbortSignal
+  },
   access: AccessContext,
 ): Promise<AppendResult> {
   return withLock(name, async () => {
@@ -301,7 +309,7 @@ const conflict = (offset: number) =>
   new AttachStorageError('conflict', `Upload-Offset does not match the upload's offset ${offset}`, { status: 409 })
 
 /** A pass-through failing with `over()` once more than `room` bytes have flowed. */
-async function* bounded(source: AsyncIterable<Buffer>, room: number, over: () => Error): AsyncGenerator<Buffer> {
+async function* bounded(source: AsyncIterable<Uint8Array>, room: number, over: () => Error): AsyncGenerator<Uint8Array> {
   let n = 0
   for await (const chunk of source) {
     n += chunk.length
@@ -318,7 +326,7 @@ async function write(
   ctx: ServiceContext,
   name: string,
   offset: number,
-  body: Readable,
+  body: AsyncIterable<Uint8Array>,
   room: number,
   over: () => Error,
   checksum?: Checksum,
@@ -386,9 +394,9 @@ async function write(
   /** The parts this request wrote (taken back when its checksum fails). */
   const written: string[] = []
   const it = source[Symbol.asyncIterator]()
-  let pending: Buffer | undefined
+  let pending: Uint8Array | undefined
   let ended = false
-  const next = async (): Promise<Buffer | undefined> => {
+  const next = async (): Promise<Uint8Array | undefined> => {
     if (pending) {
       const p = pending
       pending = undefined
@@ -409,7 +417,7 @@ async function write(
     if (count >= maxParts) throw badRequest(`An upload holds at most ${maxParts} chunks; send larger chunks`)
     pending = first
     let size = 0
-    async function* part(): AsyncGenerator<Buffer> {
+    async function* part(): AsyncGenerator<Uint8Array> {
       while (size < partSize) {
         const chunk = await next()
         if (!chunk) return
@@ -438,7 +446,7 @@ async function write(
 }
 
 /** A pass-through feeding `digest` (when there is one) with every chunk. */
-async function* digested(source: AsyncIterable<Buffer>, digest: Hash | undefined): AsyncGenerator<Buffer> {
+async function* digested(source: AsyncIterable<Uint8Array>, digest: Hash | undefined): AsyncGenerator<Uint8Array> {
   for await (const chunk of source) {
     digest?.update(chunk)
     yield chunk

@@ -5,7 +5,7 @@
  * The upload's id (the last segment of `Location`) is the temporary file's `name`. Errors answer
  * `{code, message}` (HEAD: the status alone), always with `Tus-Resumable`.
  */
-import { PassThrough, Readable } from 'node:stream'
+import { PassThrough } from 'node:stream'
 import * as v from 'valibot'
 import { AttachStorageError, badRequest } from '../../errors.js'
 import {
@@ -78,14 +78,15 @@ function headersOf(status: Partial<ResumableStatus>): Headers {
   return h
 }
 
-const bodies = new WeakMap<Request, { stream: Readable; signal?: AbortSignal }>()
+const bodies = new WeakMap<Request, { stream: AsyncIterable<Uint8Array>; signal?: AbortSignal; release(): void }>()
 /**
- * The request's bytes as a Node stream (one per request), or null without a body: on Node, the
- * request's own stream while nothing has read it (`NODE_REQUEST_BODY`), seen through a pass-through so
- * that giving up on it (an error answer) never destroys the connection the answer goes out on; else
- * the Web body. Take it before anything else of the request is read (see {@link signalOf}).
+ * The request's bytes (one reader per request), or null without a body: on Node, the request's own
+ * stream while nothing has read it (`NODE_REQUEST_BODY`), seen through a pass-through so that giving
+ * up on it (an error answer) never destroys the connection the answer goes out on; else the Web body,
+ * read chunk by chunk as they are asked for (nothing read ahead, so every chunk read before the body
+ * failed is kept). Take it before anything else of the request is read (see {@link signalOf}).
  */
-function bodyOf(request: Request): Readable | null {
+function bodyOf(request: Request): AsyncIterable<Uint8Array> | null {
   const known = bodies.get(request)
   if (known) return known.stream
   const node = nodeRequestBodyOf(request)
@@ -100,12 +101,27 @@ function bodyOf(request: Request): Readable | null {
       stream.destroy(err)
     })
     node.pipe(stream)
-    bodies.set(request, { stream, signal: gone.signal })
+    bodies.set(request, { stream, signal: gone.signal, release: () => stream.destroy() })
     return stream
   }
   if (!request.body) return null
-  const stream = Readable.fromWeb(request.body as import('node:stream/web').ReadableStream)
-  bodies.set(request, { stream })
+  const reader = request.body.getReader()
+  let done = false
+  const stream = (async function* () {
+    try {
+      for (;;) {
+        const r = await reader.read()
+        if (r.done) {
+          done = true
+          return
+        }
+        yield r.value
+      }
+    } finally {
+      if (!done) await reader.cancel().catch(() => undefined)
+    }
+  })()
+  bodies.set(request, { stream, release: () => void reader.cancel().catch(() => undefined) })
   return stream
 }
 
@@ -132,8 +148,8 @@ function tus(handle: (env: RouteEnv, id: string) => Promise<Response>, options: 
       return await handle(env, (input.params as { id?: string } | undefined)?.id ?? '')
     } catch (err) {
       // Bytes not read are not waited for.
-      const b = bodies.get(env.request)?.stream
-      if (b) b.destroy()
+      const b = bodies.get(env.request)
+      if (b) b.release()
       else if (env.request.body && !env.request.bodyUsed) await env.request.body.cancel().catch(() => undefined)
       const e = answeredError(err, env.ctx.logger)
       const res = e.toResponse({ 'tus-resumable': TUS_VERSION })
