@@ -22,6 +22,7 @@ export type HostFilterCode = string & { readonly [hostFilterCode]: true }
  * - `saved-already` (400): the temporary file of a confirmed-save entry was saved before.
  * - `presign-unsupported` (400): a presigned upload asked of a temporary store that cannot sign one.
  * - `size-not-allowed` (400): a resized view of a size the category's `sizes` does not list.
+ * - `unknown-variant` (400): `?variant=` names no named variant of the category (or comes with `w`, `h` or `format`).
  * - `bad-key` (400): a storage key that the key normalizer refuses.
  * - `unauthorized` (401), `forbidden` (403), `not-found` (404), `conflict` (409), `too-large` (413),
  *   `range-not-satisfiable` (416).
@@ -69,6 +70,7 @@ export type AttachErrorCode =
   | 'unauthorized'
   | 'unknown-category'
   | 'unknown-domain'
+  | 'unknown-variant'
   | 'unsupported-media-type'
   | BuiltInFilterCode
   | HostFilterCode

@@ -46,6 +46,11 @@ export interface AttachmentView extends Omit<AttachmentRecord, 'sha256' | 'store
   url: string
   /** The CDN address, when `url` is one. */
   cdnUrl?: string
+  /**
+   * The category's named variants made so far, name to address (`?variant=` on the view route by id);
+   * present only when the category names variants.
+   */
+  variants?: Record<string, string>
 }
 
 /** One physical stored file, possibly shared by several records (the `savedDir` reuse case). */

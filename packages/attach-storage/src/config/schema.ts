@@ -42,6 +42,12 @@ const sizeValue = v.union([v.number(), v.string()])
 
 const FilterSpecSchema = v.union([v.pipe(v.string(), v.nonEmpty()), v.looseObject({ name: v.pipe(v.string(), v.nonEmpty()) })])
 
+/** Most named variants one category may declare: each saved image of it costs one job per name. */
+export const MAX_NAMED_VARIANTS = 8
+
+/** The job queues named variants can run on (`variants.queue`). */
+export const VARIANT_QUEUES = ['auto', 'memory', 'pg-boss'] as const
+
 const CategorySchema = v.object({
   /** The category's filter chain, run on every temporary and direct upload into it. */
   filters: v.optional(v.array(FilterSpecSchema), []),
@@ -61,6 +67,28 @@ const CategorySchema = v.object({
         }),
         v.check((x) => x.w !== undefined || x.h !== undefined, 'a size needs w or h'),
       ),
+    ),
+  ),
+  /**
+   * Named variants, made in the background after each save of an image into the category and served
+   * with `?variant={name}` (docs/variants.md). Each is a box (`w` and/or `h`, 1..4096) and an optional
+   * output format; they are always stored, whatever `resize.maxVariants` says.
+   * @example { thumb: { w: 200, h: 200 }, large: { w: 1600, format: 'webp' } }
+   */
+  variants: v.optional(
+    v.pipe(
+      v.record(
+        v.pipe(v.string(), v.regex(/^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$/, 'must be 1-64 letters, digits, _ or -')),
+        v.pipe(
+          v.object({
+            w: v.optional(v.pipe(v.number(), v.integer(), v.minValue(1), v.maxValue(4096))),
+            h: v.optional(v.pipe(v.number(), v.integer(), v.minValue(1), v.maxValue(4096))),
+            format: v.optional(v.picklist(['webp', 'avif', 'jpeg', 'png'], 'must be one of webp, avif, jpeg, png')),
+          }),
+          v.check((x) => x.w !== undefined || x.h !== undefined, 'a variant needs w or h'),
+        ),
+      ),
+      v.check((x) => Object.keys(x).length <= MAX_NAMED_VARIANTS, `at most ${MAX_NAMED_VARIANTS} named variants per category`),
     ),
   ),
   /**
@@ -264,6 +292,39 @@ export const AttachConfigSchema = v.object({
     }),
     {},
   ),
+  /** How named variants are made in the background (docs/variants.md). */
+  variantJobs: v.optional(
+    v.object({
+      /**
+       * Where the jobs wait: `memory` (this process; lost with it, made on first view instead), `pg-boss`
+       * (in the PostgreSQL database: every instance shares the work and a crash loses no job), `auto`
+       * (pg-boss when `db.type` is postgres, else memory).
+       * @default 'auto'
+       */
+      queue: v.optional(v.picklist(VARIANT_QUEUES, `must be one of ${VARIANT_QUEUES.join(', ')}`), 'auto'),
+      /** This instance makes variants; `false`: it only queues them for the instances that do. @default true */
+      worker: v.optional(v.boolean(), true),
+      /** Jobs one instance runs at once (each is one resize). @default 1 */
+      concurrency: v.optional(v.pipe(v.number(), v.integer(), v.minValue(1), v.maxValue(64)), 1),
+      /** `memory`: most jobs waiting; further ones are dropped (and made on first view). @default 10000 */
+      maxQueued: v.optional(v.pipe(v.number(), v.integer(), v.minValue(1)), 10_000),
+      /** Times a failed job is tried again (with a growing delay). @default 3 */
+      retryLimit: v.optional(v.pipe(v.number(), v.integer(), v.minValue(0), v.maxValue(100)), 3),
+      /** `pg-boss`: a job running longer than this is taken to have died with its instance, and retried. @default '10m' */
+      jobTimeout: v.optional(
+        v.pipe(
+          v.union([v.number(), v.string()]),
+          v.transform((x) => parseDuration(x)),
+          v.number('must be a duration such as "10m" or a number of seconds'),
+          v.minValue(1000, 'must be at least 1s'),
+        ),
+        '10m',
+      ),
+      /** `pg-boss`: more options of its constructor (`schema`, `maintenanceIntervalSeconds`, ...), passed as they are. */
+      pgBoss: v.optional(v.record(v.string(), v.unknown()), {}),
+    }),
+    {},
+  ),
   zip: v.optional(
     v.object({
       /** Most ids one ZIP request may name. @default 500 */
@@ -326,13 +387,13 @@ export type CategoryConfig = v.InferInput<typeof CategorySchema>
 export type DomainConfig = v.InferInput<typeof DomainSchema>
 
 /** Map keys that are names (kept as written) rather than setting keys (turned to camelCase). */
-const NAME_MAPS = new Set(['stores', 'domains', 'categories'])
+const NAME_MAPS = new Set(['stores', 'domains', 'categories', 'variants'])
 
 const camel = (k: string) => k.replace(/-([a-z0-9])/g, (_, c: string) => c.toUpperCase())
 
 /**
  * Turns the spec's kebab-case keys (`base-dir`, `default-store`) into camelCase, leaving the names
- * under `stores`, `domains` and `categories` as they are. camelCase input passes unchanged.
+ * under `stores`, `domains`, `categories` and a category's `variants` as they are. camelCase input passes unchanged.
  */
 export function camelizeSettings(value: unknown, parentKey?: string): unknown {
   if (Array.isArray(value)) return value.map((x) => camelizeSettings(x))

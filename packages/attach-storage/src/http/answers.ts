@@ -27,6 +27,8 @@ export const AttachmentViewAnswer = v.object({
   url: v.string(),
   /** The CDN address, when `url` is one. */
   cdnUrl: v.optional(v.string()),
+  /** The named variants made so far, name to address; present when the category names variants. */
+  variants: v.optional(v.record(v.string(), v.string())),
 })
 
 /** `{code, message}` of a refused item of an upload. */

@@ -29,6 +29,8 @@ export async function token(sub: string, options: { secret?: string; exp?: strin
 export interface Kit {
   storage: AttachStorage
   handler: AttachHandler
+  /** Where the database is: the SQLite file, or the PostgreSQL / MySQL URL. */
+  dbLocation: string
   dir: string
   baseDir: string
   tmpDir: string
@@ -100,6 +102,7 @@ export async function makeKit(
   const kit: Kit = {
     storage,
     handler,
+    dbLocation: t.location,
     dir,
     baseDir,
     tmpDir,

@@ -27,6 +27,11 @@ export interface ResizeRequest {
   format: Format | undefined
   /** The format was negotiated on `Accept` (`format=auto`): answers vary by Accept. */
   negotiated: boolean
+  /**
+   * The category's named variant this box is (`?variant=thumb`); set only once resolved against the
+   * category. A named variant is always stored, whatever `maxVariants` says.
+   */
+  variant?: string
 }
 
 /** True when the resizer reads this media type. */
@@ -78,7 +83,15 @@ export interface ResizerOptions {
 export interface VariantOptions {
   /** Only look for a stored variant; never make one (HEAD). Undefined when none is stored yet. */
   lookOnly?: boolean
+  /**
+   * A background job asks: it is not refused when the queue is full (the job queue bounds it), and a
+   * failure is thrown (the job is tried again) instead of being served as the original.
+   */
+  background?: boolean
 }
+
+/** How a shared generation ended, for each caller to take in its own way. */
+type Outcome = { ok: true; variant: Variant | undefined } | { ok: false; error: unknown }
 
 /** Seconds a client is told to wait (`Retry-After`) when the resize queue is full. */
 export const BUSY_RETRY_AFTER = 2
@@ -125,7 +138,7 @@ interface Slots {
  * stored); a remote original is spooled to a temporary file, so the decoder never buffers a stream.
  */
 export class Resizer {
-  readonly #inflight = new Map<string, Promise<Variant | undefined>>()
+  readonly #inflight = new Map<string, Promise<Outcome>>()
   /** Keys whose original needs no resize or cannot be decoded: serve the original. */
   readonly #asOriginal = new Map<string, true>()
   /** Variants known to be in their store: a cached view costs no store round trip to find it. */
@@ -183,7 +196,7 @@ export class Resizer {
     let p = this.#inflight.get(cacheKey)
     if (!p) {
       // Admission: identical requests share one generation above; a new one needs room in the queue.
-      if (this.#limit.activeCount + this.#limit.pendingCount >= this.#admitted) throw busy()
+      if (!options.background && this.#limit.activeCount + this.#limit.pendingCount >= this.#admitted) throw busy()
       const observe = this.#options.observe
       p = this.#limit(async () => {
         const started = performance.now()
@@ -196,19 +209,22 @@ export class Resizer {
           observe?.resizeQueue(Math.max(0, this.#limit.activeCount - 1), this.#limit.pendingCount)
         }
       })
-        .then((v) => {
-          if (v && !v.transient) this.#remember_(cacheKey, { key: v.key, size: v.size, type: v.type })
-          return v
-        })
-        .catch((err) => {
-          onError(err)
-          this.#remember(cacheKey)
-          return undefined
-        })
+        .then(
+          (v): Outcome => {
+            if (v && !v.transient) this.#remember_(cacheKey, { key: v.key, size: v.size, type: v.type })
+            return { ok: true, variant: v }
+          },
+          (error: unknown): Outcome => ({ ok: false, error }),
+        )
         .finally(() => this.#inflight.delete(cacheKey))
       this.#inflight.set(cacheKey, p)
     }
-    return p
+    const outcome = await p
+    if (outcome.ok) return outcome.variant
+    if (options.background) throw outcome.error
+    onError(outcome.error)
+    this.#remember(cacheKey)
+    return undefined
   }
 
   /** Variants are deleted only with their record, whose lookup fails first; forgetting is for memory. */
@@ -302,20 +318,23 @@ export class Resizer {
       this.generated++
       // Reserve a stored slot: the check and the increment run without an await between them, so
       // concurrent first requests of one process never store more than `maxVariants`.
+      // A named variant is always stored: the category's configuration bounds how many there are.
       const slots = await slotsReady
-      if (!slots || slots.count >= this.#maxVariants) {
+      if (r.variant === undefined && (!slots || slots.count >= this.#maxVariants)) {
         this.transient++
         return { key, size: bytes.length, type, bytes, transient: true }
       }
-      slots.count++
-      slots.pending++
+      if (slots) {
+        slots.count++
+        slots.pending++
+      }
       try {
         await store.put(key, bytes, { contentType: type })
       } catch (err) {
-        slots.count--
+        if (slots) slots.count--
         throw err
       } finally {
-        slots.pending--
+        if (slots) slots.pending--
       }
       return { key, size: bytes.length, type, bytes }
     } finally {

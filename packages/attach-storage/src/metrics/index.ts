@@ -101,8 +101,20 @@ export function createPrometheusMetrics(options: PrometheusMetricsOptions = {}):
     labelNames: ['store', 'operation'] as const,
     registers,
   })
+  const variantJobs = new Counter({
+    name: `${p}variant_jobs_total`,
+    help: 'Named-variant jobs ended, by outcome (made, exists, original, gone, failed, dropped)',
+    labelNames: ['outcome'] as const,
+    registers,
+  })
+  const variantQueue = new Gauge({
+    name: `${p}variant_jobs_waiting`,
+    help: 'Named-variant jobs waiting to be made, as this instance last learnt it',
+    registers,
+  })
   resizeQueue.set({ state: 'running' }, 0)
   resizeQueue.set({ state: 'waiting' }, 0)
+  variantQueue.set(0)
 
   const instrumentation: Instrumentation = {
     request({ group, route, method, status, seconds }) {
@@ -126,6 +138,12 @@ export function createPrometheusMetrics(options: PrometheusMetricsOptions = {}):
       storeCalls.inc({ store, operation })
       storeSeconds.observe({ store, operation }, seconds)
       if (error !== undefined) storeErrors.inc({ store, operation })
+    },
+    variantJob(outcome) {
+      variantJobs.inc({ outcome })
+    },
+    variantQueue(waiting) {
+      variantQueue.set(waiting)
     },
   }
   return {

@@ -1,5 +1,11 @@
 import { AttachStorageError, badRequest, configError } from '../errors.js'
-import type { AllowedSize, EntityChangeGuard, FilterSpec, SecureAccessFunction } from '../config/schema.js'
+import {
+  type AllowedSize,
+  type EntityChangeGuard,
+  type FilterSpec,
+  MAX_NAMED_VARIANTS,
+  type SecureAccessFunction,
+} from '../config/schema.js'
 import { BUILT_IN_FILTERS, DEFAULT_REQUEST_FILTERS, type AttachFilter } from '../filters/filters.js'
 
 /** A category as registered: its filter chain (resolved) and its secure-access function. */
@@ -11,6 +17,15 @@ export interface RegisteredCategory {
   sizes: AllowedSize[] | undefined
   /** A guarded category's files may leave through presigned store addresses. */
   allowRedirect: boolean
+  /** Named variants, made in the background after each save (empty: none). */
+  variants: ReadonlyMap<string, NamedVariant>
+}
+
+/** A named variant of a category: its box and output format (undefined: the original's). */
+export interface NamedVariant {
+  w?: number
+  h?: number
+  format?: 'webp' | 'avif' | 'jpeg' | 'png'
 }
 
 /** A domain as registered. */
@@ -31,6 +46,8 @@ export interface CategoryOptions {
   sizes?: AllowedSize[]
   /** A guarded category's files may leave through presigned store addresses (`serve: redirect`). */
   allowRedirect?: boolean
+  /** Named variants made in the background after each save (see docs/variants.md). */
+  variants?: Record<string, NamedVariant>
 }
 
 /** What a domain is registered with. */
@@ -113,7 +130,14 @@ export class Registry {
       if (options.mayChange) domain.mayChange = options.mayChange
     }
     if (!domain.categories.has('default')) {
-      domain.categories.set('default', { name: 'default', filters: [], secureAccess: undefined, sizes: undefined, allowRedirect: false })
+      domain.categories.set('default', {
+        name: 'default',
+        filters: [],
+        secureAccess: undefined,
+        sizes: undefined,
+        allowRedirect: false,
+        variants: new Map(),
+      })
     }
     return domain
   }
@@ -143,6 +167,7 @@ export class Registry {
       secureAccess: options.secureAccess,
       sizes: options.sizes,
       allowRedirect: options.allowRedirect === true,
+      variants: namedVariants(`${domainName}.${name}`, options.variants),
     }
     domain.categories.set(name, category)
     return category
@@ -176,4 +201,23 @@ export class Registry {
   assertReady(): void {
     if (!this.#ready) throw new AttachStorageError('not-ready', 'The attach storage service has not initialised', { status: 503 })
   }
+}
+
+/** Checks a category's named variants (names, boxes within 1..4096, formats, how many). */
+function namedVariants(where: string, input: Record<string, NamedVariant> | undefined): Map<string, NamedVariant> {
+  const out = new Map<string, NamedVariant>()
+  const entries = Object.entries(input ?? {})
+  if (entries.length > MAX_NAMED_VARIANTS) throw configError(`Category "${where}": at most ${MAX_NAMED_VARIANTS} named variants`)
+  const dimension = (x: unknown) => x === undefined || (Number.isInteger(x) && (x as number) >= 1 && (x as number) <= 4096)
+  for (const [name, spec] of entries) {
+    if (!NAME.test(name)) throw configError(`Category "${where}": variant name "${name}" is not a valid name`)
+    if (!spec || typeof spec !== 'object' || !dimension(spec.w) || !dimension(spec.h) || (spec.w === undefined && spec.h === undefined)) {
+      throw configError(`Category "${where}": variant "${name}" needs w and/or h, integers within 1..4096`)
+    }
+    if (spec.format !== undefined && !['webp', 'avif', 'jpeg', 'png'].includes(spec.format)) {
+      throw configError(`Category "${where}": variant "${name}" format must be one of webp, avif, jpeg, png`)
+    }
+    out.set(name, { w: spec.w, h: spec.h, format: spec.format })
+  }
+  return out
 }

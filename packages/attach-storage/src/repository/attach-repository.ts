@@ -13,6 +13,7 @@ import {
   dialectOf,
   FILE_TABLE,
 } from './database.js'
+import { VariantRows } from './variant-rows.js'
 
 type Db = Kysely<AttachDatabase>
 type Trx = Transaction<AttachDatabase>
@@ -124,10 +125,14 @@ export class AttachRepository {
   /** SQLite: the record read of a view at once when the connection is free (see {@link DirectRead}). */
   readonly #directRead: DirectRead | undefined
 
+  /** The named variants made for records (`attach_variant`). */
+  readonly variants: VariantRows
+
   constructor(db: Kysely<any>) {
     this.#db = db as Db
     this.#dialect = dialectOf(db)
     this.#directRead = directReadOf(db)
+    this.variants = new VariantRows(this.#db, this.#dialect)
   }
 
   /** The dialect of the underlying database. */
@@ -470,6 +475,11 @@ export class AttachRepository {
       )) {
         await trx.updateTable(FILE_TABLE).set({ deleted: 1, deleted_dt: now }).where('id', 'in', part).where('deleted', '=', 0).execute()
       }
+      // Their named variants' files go with the record's directory (the sweep finds them); the rows go now.
+      await this.variants.forget(
+        live.map((r) => toNumber(r.id)),
+        trx,
+      )
 
       const orphanBlobs: BlobRecord[] = []
       for (const blobId of [...byBlob.keys()].sort((a, b) => a - b)) {

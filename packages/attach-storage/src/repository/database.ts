@@ -10,6 +10,8 @@ import { NodeSqliteDatabaseAdapter, type NodeSqliteModule, usesNodeSqlite } from
 export const BLOB_TABLE = 'attach_blob'
 /** Name of the table of attachment records. */
 export const FILE_TABLE = 'attach_file'
+/** Table of the named variants made for records. */
+export const VARIANT_TABLE = 'attach_variant'
 
 /**
  * How an integer column comes back from a driver: a number (better-sqlite3, node:sqlite, `pg` with the
@@ -64,10 +66,24 @@ export interface AttachFileTable {
   blob_id: ColumnType<DbInteger, number, never>
 }
 
+/**
+ * Kysely typing of `attach_variant`: a named variant made for a record. `spec` is the box and format it
+ * was made for (`200x0.webp`), so a variant whose configuration changed since is made again.
+ */
+export interface AttachVariantTable {
+  file_id: ColumnType<DbInteger, number, never>
+  name: string
+  spec: string
+  file_size: ColumnType<DbInteger, number, number>
+  file_type: string
+  created_dt: string
+}
+
 /** The tables attach-storage owns, for `Kysely<AttachDatabase>`. */
 export interface AttachDatabase {
   [BLOB_TABLE]: AttachBlobTable
   [FILE_TABLE]: AttachFileTable
+  [VARIANT_TABLE]: AttachVariantTable
 }
 
 /**

@@ -8,7 +8,7 @@ import {
   sql,
 } from 'kysely'
 import { AttachStorageError } from '../errors.js'
-import { BLOB_TABLE, type DialectName, dialectOf, FILE_TABLE } from './database.js'
+import { BLOB_TABLE, type DialectName, dialectOf, FILE_TABLE, VARIANT_TABLE } from './database.js'
 
 /** Kysely's migration table for attach-storage, apart from a host's own `kysely_migration`. */
 export const MIGRATION_TABLE = 'attach_migration'
@@ -187,12 +187,42 @@ const blobTmpName: Migration = {
 }
 
 /**
+ * `attach_variant`: the named variants made for each record (docs/variants.md), one row per record and
+ * name. Idempotent like the others: a run cut short on SQLite or MySQL can run again.
+ */
+const variantTable: Migration = {
+  async up(db: Kysely<any>): Promise<void> {
+    const dialect = dialectOf(db)
+    const collation = dialect === 'mysql' ? await mysqlKeyCollation(db) : ''
+    await tableOptions(
+      dialect,
+      collation,
+      db.schema
+        .createTable(VARIANT_TABLE)
+        .ifNotExists()
+        .addColumn('file_id', 'bigint', (col) => col.notNull())
+        .addColumn('name', 'varchar(64)', (col) => col.notNull())
+        .addColumn('spec', 'varchar(64)', (col) => col.notNull())
+        .addColumn('file_size', 'bigint', (col) => col.notNull())
+        .addColumn('file_type', 'varchar(255)', (col) => col.notNull())
+        .addColumn('created_dt', 'varchar(24)', (col) => col.notNull())
+        .addPrimaryKeyConstraint('attach_variant_pk', ['file_id', 'name']),
+    ).execute()
+  },
+
+  async down(db: Kysely<any>): Promise<void> {
+    await db.schema.dropTable(VARIANT_TABLE).ifExists().execute()
+  },
+}
+
+/**
  * The attach-storage migrations, in order. Names never change once released. Run them with
  * {@link migrateAttachSchema}, never inside a host's migration table.
  */
 export const attachMigrations: Readonly<Record<string, Migration>> = {
   '0001_attach_tables': attachTables,
   '0002_blob_tmp_name': blobTmpName,
+  '0003_variant_table': variantTable,
 }
 
 const provider: MigrationProvider = {

@@ -31,6 +31,7 @@ import {
   type Logger,
 } from './types.js'
 import * as uploads from './uploads.js'
+import { startVariantJobs } from './variant-jobs.js'
 import * as zipDownload from './zip.js'
 
 export { cleanDisplayName } from './names.js'
@@ -102,6 +103,12 @@ export interface AttachStorageOptions {
    * `recorded`, `done`) with the saving request; crash tests make it wait there and kill the process.
    */
   testPause?: ServiceContext['testPause']
+  /**
+   * This process runs background work: named variants (see docs/variants.md). `false` for a process
+   * that only reads and maintains, such as the command-line tool: it neither queues nor makes them.
+   * @default true
+   */
+  backgroundWork?: boolean
   /** Event hooks, the same as calling `storage.on()` for each. */
   on?: { [E in keyof AttachEvents]?: AttachEventHook<E> }
 }
@@ -158,6 +165,14 @@ export class AttachStorage {
     return this.#events.on(event, hook)
   }
 
+  /**
+   * Resolves once this process runs no named-variant job: none waiting or running in the in-process
+   * queue, none running here on pg-boss (for shutdown and tests).
+   */
+  async variantJobsIdle(): Promise<void> {
+    await this.#c.variantJobs?.idle()
+  }
+
   /** Resolves once every hook called so far has finished (for shutdown and tests). */
   drainEvents(): Promise<void> {
     return this.#events.drain()
@@ -208,6 +223,7 @@ export class AttachStorage {
       observe,
       tracer,
       testPause: o.testPause,
+      variantJobs: undefined,
       store(name: string): Store {
         const s = stores.stores.get(name)
         if (!s) throw configError(`Store "${name}" is not declared`)
@@ -223,6 +239,7 @@ export class AttachStorage {
           secureAccess: c.secureAccess,
           sizes: c.sizes,
           allowRedirect: c.allowRedirect,
+          variants: c.variants,
         })
       }
     }
@@ -232,6 +249,7 @@ export class AttachStorage {
       this.registry.registerDomain(uploads.EDITOR_DOMAIN, { store: config.defaultStore })
       this.registry.registerCategory(uploads.EDITOR_DOMAIN, 'default', { filters: ['image'] })
     }
+    if (o.backgroundWork !== false) this.#ctx.variantJobs = await startVariantJobs(this.#ctx, db)
   }
 
   /** The context of the use cases; 503 `not-ready` before {@link init} has built it. */
@@ -267,6 +285,7 @@ export class AttachStorage {
     await this.drainEvents()
     const ctx = this.#ctx
     if (!ctx) return
+    await ctx.variantJobs?.stop()
     if (this.#ownsDb) await ctx.repo.close()
     await closeStores([...ctx.stores.stores.values(), ctx.stores.tmpStore])
   }

@@ -1,4 +1,5 @@
 /** The confirmed save and `commitAttachContainer()`: entries bound to a reference, crash-safe. */
+import { queueNamedVariants } from './variants.js'
 import { AttachStorageError, badRequest, forbidden, notFound } from '../errors.js'
 import { extensionOf } from '../media/sniff.js'
 import type { AttachmentRecord, AttachmentView, BlobRecord } from '../model.js'
@@ -116,7 +117,11 @@ export async function commitBag(
       }
     }
   }
-  if (created.length) ctx.events.emit('saved', { refDomain, refKey, records: created, user })
+  if (created.length) {
+    ctx.events.emit('saved', { refDomain, refKey, records: created, user })
+    // Queued before the answer: the retry of a save whose answer was lost queues them again.
+    await queueNamedVariants(ctx, created)
+  }
   if (failures.length) {
     throw new AttachStorageError(
       'attach-save-failure',

@@ -9,6 +9,7 @@ import type { fanOut } from './instrumentation.js'
 import type { UrlSigner } from './signing.js'
 import type { StoreSet } from './stores.js'
 import type { Logger } from './types.js'
+import type { VariantQueue } from './variant-queue.js'
 
 /** A step of the confirmed save at which crash tests stop the process (test-only). */
 export type SaveStep = 'reserved' | 'moved' | 'recorded' | 'done' | ResumableStep
@@ -40,6 +41,11 @@ export interface ServiceContext {
   readonly observe: ReturnType<typeof fanOut>
   /** The OpenTelemetry tracer, when an SDK was registered when the service started. */
   readonly tracer: Tracer | undefined
+  /**
+   * Where named-variant jobs go; undefined when no category names a variant, or in a process that runs
+   * no background work (the command-line tool). Set once the registrar has run.
+   */
+  variantJobs: VariantQueue | undefined
   /** Test-only pause points of the confirmed save. */
   readonly testPause: ((step: SaveStep, request: Request | null) => void | Promise<void>) | undefined
   /** A declared store by name (a configuration error when it is not). */

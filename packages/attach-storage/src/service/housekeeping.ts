@@ -76,5 +76,7 @@ export async function sweep(
     }
     if (dead.length < 100) break
   }
+  // Rows of named variants whose record went while their job ran.
+  await ctx.repo.variants.forgetOrphans().catch((err: unknown) => ctx.logger.warn('attach-storage: forgetting variant rows failed', err))
   return { temporaryFiles, resumableUploads, blobs, partialFiles }
 }

@@ -44,7 +44,18 @@ export interface Instrumentation {
   resizeQueue?(running: number, waiting: number): void
   sweep?(report: SweepReport): void
   storeCall?(report: StoreCallReport): void
+  /**
+   * A named-variant job ended: `made`, `exists` (made before), `original` (the original serves as it),
+   * `gone` (record or name no longer there), `failed` (tried again later), `dropped` (the in-process
+   * queue was full).
+   */
+  variantJob?(outcome: VariantJobReport, seconds: number): void
+  /** Named-variant jobs waiting, as this instance last learnt it. */
+  variantQueue?(waiting: number): void
 }
+
+/** How a named-variant job ended (see {@link Instrumentation.variantJob}). */
+export type VariantJobReport = 'made' | 'exists' | 'original' | 'gone' | 'failed' | 'dropped'
 
 /** Every observer as one, each call guarded (an observer's failure is not the request's). */
 export function fanOut(observers: Instrumentation[]): Required<Instrumentation> & { readonly active: boolean } {
@@ -67,6 +78,8 @@ export function fanOut(observers: Instrumentation[]): Required<Instrumentation> 
     resizeQueue: each('resizeQueue'),
     sweep: each('sweep'),
     storeCall: each('storeCall'),
+    variantJob: each('variantJob'),
+    variantQueue: each('variantQueue'),
   }
 }
 

@@ -9,7 +9,8 @@ import type { ServiceContext } from './context.js'
 import { dropBlob } from './housekeeping.js'
 import { checkRefKey, storeKey } from './layout.js'
 import type { AccessContext, AttachBag, LookupFilters } from './types.js'
-import { cdnBase, readableViews, view } from './urls.js'
+import { cdnBase, namedOf, readableViews, view } from './urls.js'
+import { madeVariants } from './variants.js'
 
 /** Most matching rows a conditional list over guarded categories reads to find the readable ones. */
 const GUARDED_LIST_MAX = 10_000
@@ -156,9 +157,12 @@ export async function listByReferences(
       index.set(r.id, i)
     }
   }
+  const made = await madeVariants(ctx, result.rows)
   return {
     ...result,
-    rows: result.rows.map((r) => view(ctx, r, index.get(r.id) ?? 0, domain.categories.get(r.refCategory)?.secureAccess !== undefined)),
+    rows: result.rows.map((r) =>
+      view(ctx, r, index.get(r.id) ?? 0, domain.categories.get(r.refCategory)?.secureAccess !== undefined, namedOf(ctx, r, made)),
+    ),
   }
 }
 

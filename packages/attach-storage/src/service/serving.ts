@@ -7,6 +7,7 @@ import { checkAccess, describeRecord, signedFor, syntheticDescription } from './
 import type { ServiceContext } from './context.js'
 import { checkRefKey, parseDirectPath, SAVED_NAME, storeKey } from './layout.js'
 import { applyFilters } from './records.js'
+import { namedResize, recordNamedVariant } from './variants.js'
 import { readHead, readTmpMeta, tmpKey } from './temporary.js'
 import type { RegisteredCategory } from '../registry/registry.js'
 import type { Store } from '../stores/store.js'
@@ -55,7 +56,9 @@ export async function serveRecord(
   }
   const store = ctx.store(r.store)
   const key = storeKey(r.savedDir, r.savedName)
-  if (resize) checkAllowedSize(category.sizes, resize)
+  // A named variant's box is the category's own; any other box must be one of its `sizes`.
+  if (resize?.variant !== undefined) resize = namedResize(category, resize.variant)
+  else if (resize) checkAllowedSize(category.sizes, resize)
   if (resize && isResizable(r.fileType)) {
     const vkey = variantKey(storeKey(r.savedDir, ''), r.id, resize)
     // HEAD makes no variant: a stored one answers its own headers, else the original's (see serveFile).
@@ -68,6 +71,13 @@ export async function serveRecord(
       (err) => ctx.logger.warn(`attach-storage: attachment ${r.id} could not be resized; serving the original`, err),
       { lookOnly },
     )
+    const named = resize.variant !== undefined ? category.variants.get(resize.variant) : undefined
+    if (named && variant?.bytes && !variant.transient) {
+      // Made by this view before its job ran: the lookup lists it from now on (the job finds it made).
+      recordNamedVariant(ctx, r, resize.variant!, named, variant).catch((err: unknown) =>
+        ctx.logger.warn(`attach-storage: variant "${resize.variant}" of attachment ${r.id} is made but not recorded`, err),
+      )
+    }
     if (variant) {
       const ext = resize.format ? `.${resize.format === 'jpeg' ? 'jpg' : resize.format}` : undefined
       // A variant made by this request is in memory already: it is answered from there.

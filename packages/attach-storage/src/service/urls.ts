@@ -4,6 +4,8 @@ import { checkAccess, describeRecord } from './access.js'
 import type { ServiceContext } from './context.js'
 import type { AccessContext } from './types.js'
 import { storeKey } from './layout.js'
+import { madeVariants } from './variants.js'
+import { isResizable } from '../media/resize.js'
 import { EDITOR_DOMAIN } from './uploads.js'
 
 /** The CDN address of a store's files (the store's `cdn-url`, else the global one), or undefined. */
@@ -38,6 +40,7 @@ export function directFileUrl(
 export async function readableViews(ctx: ServiceContext, records: AttachmentRecord[], access: AccessContext): Promise<AttachmentView[]> {
   const pos = new Map<string, number>()
   const out: AttachmentView[] = []
+  const made = await madeVariants(ctx, records)
   for (const r of records) {
     const k = `${r.refKey}\u0000${r.refCategory}`
     const index = pos.get(k) ?? 0
@@ -45,25 +48,43 @@ export async function readableViews(ctx: ServiceContext, records: AttachmentReco
     const category = ctx.registry.domain(r.refDomain).categories.get(r.refCategory)
     if (!category) continue // a category no longer registered serves nothing, so it lists nothing
     if (category.secureAccess && !(await checkAccess(ctx, access, category, describeRecord(r)))) continue
-    out.push(view(ctx, r, index, category.secureAccess !== undefined))
+    out.push(view(ctx, r, index, category.secureAccess !== undefined, namedOf(ctx, r, made)))
   }
   return out
+}
+
+/**
+ * The named variants made for a record, as {@link view} takes them: undefined when its category names
+ * none (or it is no image), else the names made so far (from {@link madeVariants}).
+ */
+export function namedOf(ctx: ServiceContext, r: AttachmentRecord, made: Map<number, string[]>): string[] | undefined {
+  const category = ctx.registry.domain(r.refDomain).categories.get(r.refCategory)
+  if (!category?.variants.size || !isResizable(r.fileType)) return undefined
+  return made.get(r.id) ?? []
+}
+
+/** The address of a record's named variant: the view route by id, signed for a guarded category. */
+export function variantUrl(ctx: ServiceContext, id: number, name: string, guarded: boolean): string {
+  const url = `${ctx.config.assetsPrefix}/attach/view/${id}?variant=${encodeURIComponent(name)}`
+  return guarded && ctx.signer ? `${url}&${ctx.signer.query(id)}` : url
 }
 
 /**
  * A record as answered. A guarded record never carries a CDN or direct address: its `url` is the
  * guarded binary route, signed when signing is configured (the caller was allowed to read it).
  */
-export function view(ctx: ServiceContext, r: AttachmentRecord, index: number, guarded: boolean): AttachmentView {
+export function view(ctx: ServiceContext, r: AttachmentRecord, index: number, guarded: boolean, named?: string[]): AttachmentView {
   const { sha256: _s, store, blobId: _b, ...rest } = r
+  // The named variants made so far, name to address, when the category names any.
+  const variants = named ? { variants: Object.fromEntries(named.map((n) => [n, variantUrl(ctx, r.id, n, guarded)])) } : {}
   const cdn = guarded ? undefined : cdnBase(ctx, store)
   if (cdn) {
     const cdnUrl = cdn + storeKey(r.savedDir, r.savedName)
-    return { ...rest, url: cdnUrl, cdnUrl }
+    return { ...rest, url: cdnUrl, cdnUrl, ...variants }
   }
   let url = `${ctx.config.assetsPrefix}/attach/view/${encodeURIComponent(r.refDomain)}/${encodeURIComponent(r.refKey)}/${encodeURIComponent(r.refCategory)}/${index}`
   if (guarded && ctx.signer) url += `?${ctx.signer.query(r.id)}`
-  return { ...rest, url }
+  return { ...rest, url, ...variants }
 }
 
 /** The address of an editor image: its CDN address, else the editor image route. */

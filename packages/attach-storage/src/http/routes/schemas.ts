@@ -47,4 +47,6 @@ export const ResizeQuerySchema = v.object({
   w: dimension,
   h: dimension,
   format: v.optional(v.picklist(['webp', 'avif', 'jpeg', 'png', 'auto', ''], 'must be one of webp, avif, jpeg, png, auto')),
+  /** One of the category's named variants (`thumb`); not with `w`, `h` or `format`. */
+  variant: v.optional(v.pipe(v.string(), v.regex(/^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$/, 'must be a variant name'))),
 })

@@ -1,5 +1,6 @@
 /** The binary group's file routes: views and downloads by id and by reference (resized on request), temporary and direct files. */
 import * as v from 'valibot'
+import { badRequest } from '../../errors.js'
 import type { ResizeRequest } from '../../media/resize.js'
 import * as serving from '../../service/serving.js'
 import { parseInput } from '../../validation.js'
@@ -9,6 +10,13 @@ import { ActionSchema, IdSegmentSchema, IndexSegmentSchema, LookupQuerySchema, R
 
 /** The resize request of a view's query; `format=auto` picks AVIF or WebP from `Accept` (answers vary by it). */
 export function resizeOf(q: v.InferOutput<typeof ResizeQuerySchema>, accept: string | null): ResizeRequest | undefined {
+  if (q.variant !== undefined) {
+    if (q.w !== undefined || q.h !== undefined || (q.format !== undefined && q.format !== '')) {
+      throw badRequest('query.variant: a named variant takes no w, h or format')
+    }
+    // Resolved against the record's category once it is known (service/variants.ts).
+    return { w: undefined, h: undefined, format: undefined, negotiated: false, variant: q.variant }
+  }
   if (q.w === undefined && q.h === undefined) return undefined
   if (q.format !== 'auto') return { w: q.w, h: q.h, format: q.format || undefined, negotiated: false }
   const a = (accept ?? '').toLowerCase()
