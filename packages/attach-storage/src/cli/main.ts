@@ -67,9 +67,11 @@ export async function main(argv: string[], io: CliIo): Promise<number> {
     .action(run(async (_o: unknown, cmd: Command) => copyStoreCommand(global(cmd), io)))
   program
     .command('variants')
-    .description("purge: drop a domain's stored resize variants")
-    .argument('<action>', 'purge (make: not available yet)')
+    .description("purge: drop a domain's stored resize variants; make: make the named variants not made yet")
+    .argument('<action>', 'purge or make')
     .requiredOption('--domain <domain>', 'the domain')
+    .option('--category <category>', 'make: only this category')
+    .option('--concurrency <n>', 'make: variants made at once', positiveInt, 2)
     .action(run(async (action: string, _o: unknown, cmd: Command) => variantsCommand(action, global(cmd), io)))
 
   try {

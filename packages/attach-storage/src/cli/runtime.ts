@@ -42,7 +42,8 @@ export async function openService(options: GlobalOptions, io: CliIo): Promise<Op
     warn: (message: string) => io.stderr.write(`${message}\n`),
     error: (message: string) => io.stderr.write(`${message}\n`),
   }
-  const storage = new AttachStorage({ config: settings, logger })
+  // The tool queues and runs no background work of the server's (named variants): it does its own.
+  const storage = new AttachStorage({ config: settings, logger, backgroundWork: false })
   try {
     await storage.init()
   } catch (err) {

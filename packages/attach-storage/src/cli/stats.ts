@@ -24,7 +24,8 @@ export async function statsCommand(options: GlobalOptions, io: CliIo): Promise<n
       temporary.count++
       temporary.bytes += e.size
     }
-    report(io, options, { records, blobs, variants, temporary }, [
+    const named = await ctx.repo.variants.countByName()
+    report(io, options, { records, blobs, variants, named, temporary }, [
       'domain\tcategory\tstore\tfiles\tbytes',
       ...records.map((r) => `${r.refDomain}\t${r.refCategory}\t${r.store}\t${r.count}\t${r.bytes} (${formatBytes(r.bytes)})`),
       '',
@@ -35,6 +36,7 @@ export async function statsCommand(options: GlobalOptions, io: CliIo): Promise<n
         return `${s.name}\t${b.count}\t${b.bytes} (${formatBytes(b.bytes)})\t${b.pending}\t${v.count}\t${v.bytes}`
       }),
       '',
+      `named variants made: ${named.length ? named.map((n) => `${n.name} ${n.count}`).join(', ') : 'none'}`,
       `temporary files: ${temporary.count}, ${temporary.bytes} bytes (${formatBytes(temporary.bytes)})`,
     ])
     return EXIT.ok
