@@ -225,7 +225,8 @@ export async function createReference(env: ServerEnv = process.env, logger: Logg
     resumable: { enabled: true },
     domains: {
       demo: { categories: { default: {}, image: { filters: ['image'] }, private: {} } },
-      board: { categories: { default: {}, image: { filters: ['image'] } } },
+      // Each board image gets a 320-pixel WebP thumbnail, made in the background after its save (docs/variants.md).
+      board: { categories: { default: {}, image: { filters: ['image'], variants: { thumb: { w: 320, h: 320, format: 'webp' } } } } },
     },
   }
   if (env.ATTACH_CDN_URL) settings.cdnUrl = env.ATTACH_CDN_URL
