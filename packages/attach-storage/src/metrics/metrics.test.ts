@@ -82,6 +82,27 @@ describe('Prometheus metrics (attach-storage/metrics)', () => {
     expect(sample(text, 'attach_storage_store_calls_total', { store: 'local', operation: 'put' })).toBeGreaterThanOrEqual(1)
     expect(text).toContain('# TYPE attach_storage_sweep_removed_total counter')
   })
+
+  it('counts named-variant jobs by outcome and shows none waiting once they ran', async () => {
+    const other = await makeKit('sqlite', {
+      instrumentation: metrics.instrumentation,
+      registrar: (registry) => {
+        registry.registerCategory('demo', 'gallery', { variants: { thumb: { w: 30, h: 30 }, tiny: { w: 8 } } })
+      },
+    })
+    try {
+      await saveFile(other, await png(100, 50), 'a.png', '2', 'gallery')
+      await saveFile(other, await png(6, 6), 'b.png', '2', 'gallery')
+      await other.storage.variantJobsIdle()
+      const text = await (await metrics.answer()).text()
+      // a.png: thumb and tiny made; b.png: within both boxes, its original serves.
+      expect(sample(text, 'attach_storage_variant_jobs_total', { outcome: 'made' })).toBe(2)
+      expect(sample(text, 'attach_storage_variant_jobs_total', { outcome: 'original' })).toBe(2)
+      expect(sample(text, 'attach_storage_variant_jobs_waiting')).toBe(0)
+    } finally {
+      await other.cleanup()
+    }
+  })
 })
 
 describe('OpenTelemetry spans, when the host has registered an SDK', () => {
