@@ -4,10 +4,9 @@ import { tmpdir } from 'node:os'
 import { dirname, join } from 'node:path'
 import { Writable } from 'node:stream'
 import { afterEach, beforeEach, describe, expect, it } from 'vitest'
-import { LocalStore } from '../stores/local-store.js'
 import { main } from './main.js'
 import type { CliIo } from './runtime.js'
-import { openDataDir, seedFiles } from './test-seed.js'
+import { archiveConfig, seedDataDir } from './test-kit.js'
 
 class Sink extends Writable {
   text = ''
@@ -31,15 +30,7 @@ async function run(args: string[], env: Record<string, string> = {}) {
   return { code, stdout: stdout.text, stderr: stderr.text, json: () => JSON.parse(stdout.text) }
 }
 
-async function seed(count: number, size = 1000, domain = 'demo') {
-  const { db, repo } = await openDataDir(dataDir)
-  const store = new LocalStore('local', { baseDir: join(dataDir, 'files') })
-  try {
-    return await seedFiles(repo, store, { count, size, domain })
-  } finally {
-    await db.destroy()
-  }
-}
+const seed = (count: number, size?: number, domain?: string) => seedDataDir(dataDir, { count, size, domain })
 
 describe('attach-storage migrate', () => {
   it('prints the SQL with --dry-run and changes nothing; applies once; is idempotent', async () => {
@@ -123,19 +114,7 @@ describe('attach-storage stats, sweep and variants', () => {
 describe('attach-storage copy-store between two local stores', () => {
   it('copies and verifies, points the records at the target once configured, then deletes the source', async () => {
     const files = await seed(20)
-    const config = (domainStore: string) => {
-      const file = join(dataDir, `attach-${domainStore}.json`)
-      writeFileSync(
-        file,
-        JSON.stringify({
-          attach: {
-            stores: { local: { type: 'local' }, archive: { type: 'local', 'base-dir': join(dataDir, 'archive') } },
-            domains: { demo: { store: domainStore, categories: { default: {} } } },
-          },
-        }),
-      )
-      return file
-    }
+    const config = (domainStore: string) => archiveConfig(dataDir, domainStore)
     const before = await run(['copy-store', '--domain', 'demo', '--to', 'archive', '--json', '--config', config('local')])
     expect(before.code).toBe(0)
     expect(before.json()).toMatchObject({ copied: 20, skipped: 0, switched: 0 })

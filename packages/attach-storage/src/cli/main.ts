@@ -95,11 +95,20 @@ export async function main(argv: string[], io: CliIo): Promise<number> {
   }
 }
 
-/** Runs as a process: Ctrl-C (or SIGTERM) stops cleanly, the exit code is the command's. */
+/** Shows the cursor and wraps lines again: the progress bar turns both off while it runs. */
+const RESTORE_TERMINAL = '\x1b[?25h\x1b[?7h'
+
+/**
+ * Runs as a process: Ctrl-C (or SIGTERM) stops cleanly, the exit code is the command's; a second one
+ * quits at once with 130, without waiting for the files in flight.
+ */
 export async function runProcess(): Promise<void> {
   const controller = new AbortController()
   const stop = () => {
-    if (controller.signal.aborted) process.exit(EXIT.interrupted)
+    if (controller.signal.aborted) {
+      if (process.stderr.isTTY) process.stderr.write(RESTORE_TERMINAL)
+      process.exit(EXIT.interrupted)
+    }
     process.stderr.write('\nattach-storage: stopping after the files in flight (Ctrl-C again to quit now)\n')
     controller.abort()
   }

@@ -14,8 +14,9 @@ export interface Progress {
 const JSON_EVERY_MS = 1000
 
 /**
- * A progress reporter on `stream` (stderr): a cli-progress bar when it is a terminal, else one JSON line
- * per second `{"progress": command, "files", "totalFiles", "bytes", "bytesPerSecond", "etaSeconds"}`.
+ * A progress reporter on `stream` (stderr): a cli-progress bar when it is a terminal, else JSON lines
+ * `{"progress": command, "files", "totalFiles", "bytes", "bytesPerSecond", "etaSeconds"}`: one at once
+ * (as the bar shows at once: the walk has begun, over so many files), one per second, one at the end.
  * `totalFiles` may be an estimate (the time left follows it).
  */
 export function startProgress(command: string, totalFiles: number, stream: NodeJS.WritableStream & { isTTY?: boolean }): Progress {
@@ -56,6 +57,7 @@ export function startProgress(command: string, totalFiles: number, stream: NodeJ
     stream.write(
       `${JSON.stringify({ progress: command, files, totalFiles, bytes, bytesPerSecond: Math.round(rate()), etaSeconds: eta() })}\n`,
     )
+  line()
   const timer = setInterval(line, JSON_EVERY_MS)
   timer.unref()
   return {

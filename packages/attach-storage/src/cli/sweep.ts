@@ -50,15 +50,17 @@ export async function sweepCommand(options: GlobalOptions & { dryRun?: boolean }
       result = { ...swept, orphanVariants: removed }
     }
     const verb = options.dryRun ? 'would remove' : 'removed'
-    report(io, options, { dryRun: !!options.dryRun, ...result }, [
+    const interrupted = io.signal.aborted
+    report(io, options, { dryRun: !!options.dryRun, ...result, interrupted }, [
       `${verb} ${result.temporaryFiles} expired temporary file(s)`,
       `${verb} ${result.blobs} unreferenced or pending file row(s) and their files`,
       result.partialFiles === null
         ? 'partial files of crashed writes: counted only when removed'
         : `${verb} ${result.partialFiles} partial file(s)`,
       `${verb} ${result.orphanVariants} orphaned resize variant(s)`,
+      ...(interrupted ? ['interrupted: run again to finish'] : []),
     ])
-    return io.signal.aborted ? EXIT.interrupted : EXIT.ok
+    return interrupted ? EXIT.interrupted : EXIT.ok
   } finally {
     await close()
   }

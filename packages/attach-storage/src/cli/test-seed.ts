@@ -4,7 +4,7 @@
  */
 import { createHash, randomBytes, randomUUID } from 'node:crypto'
 import { mkdirSync } from 'node:fs'
-import { mkdir, writeFile } from 'node:fs/promises'
+import { mkdir, truncate, writeFile } from 'node:fs/promises'
 import { dirname, join } from 'node:path'
 import type { Kysely } from 'kysely'
 import { AttachRepository } from '../repository/attach-repository.js'
@@ -29,27 +29,46 @@ export async function openDataDir(dataDir: string): Promise<{ db: Kysely<any>; r
   return { db, repo: new AttachRepository(db) }
 }
 
-/** Writes `count` files of `size` random bytes to `store` (declared as `storeName`), each with its blob and record. */
+/** The sha256 of `size` zero bytes, hashed a MiB at a time. */
+function zerosSha256(size: number): string {
+  const hash = createHash('sha256')
+  const zeros = Buffer.alloc(Math.min(size, 1024 * 1024))
+  for (let left = size; left > 0; left -= zeros.length) hash.update(left >= zeros.length ? zeros : zeros.subarray(0, left))
+  return hash.digest('hex')
+}
+
+/**
+ * Writes `count` files of `size` random bytes to `store` (declared as `storeName`), each with its blob and
+ * record. With `sparse` (a local store only), each file is `size` zero bytes made by extending an empty
+ * file: a big file that takes no room on the disk.
+ */
 export async function seedFiles(
   repo: AttachRepository,
   store: Store,
-  options: { storeName?: string; domain?: string; count: number; size: number; perKey?: number; concurrency?: number },
+  options: { storeName?: string; domain?: string; count: number; size: number; perKey?: number; concurrency?: number; sparse?: boolean },
 ): Promise<SeededFile[]> {
   const domain = options.domain ?? 'demo'
   const out: SeededFile[] = new Array(options.count)
   const createdDt = new Date().toISOString()
+  if (options.sparse && !store.localPath) throw new Error('seedFiles: sparse files need a local store')
+  const sparseSha256 = options.sparse ? zerosSha256(options.size) : undefined
   let next = 0
   const worker = async () => {
     for (;;) {
       const i = next++
       if (i >= options.count) return
-      const bytes = randomBytes(options.size)
-      const sha256 = createHash('sha256').update(bytes).digest('hex')
+      const bytes = sparseSha256 ? undefined : randomBytes(options.size)
+      const sha256 = sparseSha256 ?? createHash('sha256').update(bytes!).digest('hex')
       const refKey = String(Math.floor(i / (options.perKey ?? 10)) + 1)
       const savedDir = `/${domain}/2026/11/${refKey}/`
       const savedName = `${randomUUID()}.bin`
       const key = storeKey(savedDir, savedName)
-      if (store.localPath) {
+      if (!bytes) {
+        const path = store.localPath!(key)
+        await mkdir(dirname(path), { recursive: true })
+        await writeFile(path, '')
+        await truncate(path, options.size)
+      } else if (store.localPath) {
         // A fixture on the local disk: written plainly (no fsync), so that 100,000 files take seconds.
         const path = store.localPath(key)
         await mkdir(dirname(path), { recursive: true })
@@ -59,7 +78,7 @@ export async function seedFiles(
         store: options.storeName ?? store.name,
         savedDir,
         savedName,
-        fileSize: bytes.length,
+        fileSize: options.size,
         fileType: 'application/octet-stream',
         sha256,
         createdDt,
@@ -79,7 +98,7 @@ export async function seedFiles(
         },
         { requireLive: false, requirePending: true },
       )
-      out[i] = { id: rec!.id, blobId: blob.id, key, sha256, size: bytes.length }
+      out[i] = { id: rec!.id, blobId: blob.id, key, sha256, size: options.size }
     }
   }
   await Promise.all(Array.from({ length: options.concurrency ?? 4 }, worker))

@@ -103,7 +103,11 @@ export async function verifyCommand(options: VerifyOptions, io: CliIo): Promise<
       ...problems.map(
         (p) => `${p.kind}\t${p.store}\t${p.key}${p.expected !== undefined ? `\texpected ${p.expected}, found ${p.actual}` : ''}`,
       ),
-      problems.length ? `${problems.length} problem(s)` : interrupted ? 'interrupted: no problem so far' : 'no problem',
+      problems.length
+        ? `${problems.length} problem(s)${interrupted ? ' (interrupted: not every file was checked)' : ''}`
+        : interrupted
+          ? 'interrupted: no problem so far'
+          : 'no problem',
     ])
     if (problems.length) return EXIT.problems
     return interrupted ? EXIT.interrupted : EXIT.ok
