@@ -87,6 +87,36 @@ for (const dialect of ['sqlite', 'postgres'] as const) {
       expect(await dl.text()).toBe('minutes of the meeting')
     })
 
+    it('makes the board image thumbnail in the background (pg-boss on PostgreSQL) and serves it with ?variant=thumb', async () => {
+      const photo = await sharp({ create: { width: 800, height: 600, channels: 3, background: '#f80' } })
+        .png()
+        .toBuffer()
+      const img = await tmpUpload(new Blob([new Uint8Array(photo)]), 'wide.png', 'board', 'image')
+      const res = await api('/board', {
+        method: 'POST',
+        body: JSON.stringify({
+          title: 'Thumb',
+          attachContainer: { refDomain: 'board', image: [{ savedName: img.name, displayName: 'wide.png' }] },
+        }),
+      })
+      expect(res.status).toBe(201)
+      const post = await res.json()
+      let item: { id: number; variants?: Record<string, string> } | undefined
+      for (const end = Date.now() + 60_000; Date.now() < end; await new Promise((r) => setTimeout(r, 200))) {
+        item = (await (await api(`/api/storage/attach/board/${post.id}/image`)).json()).image[0]
+        if (item?.variants?.thumb) break
+      }
+      expect(item?.variants?.thumb).toBe(`/assets/storage/attach/view/${item!.id}?variant=thumb`)
+      const thumb = await fetch(srv.base + item!.variants!.thumb)
+      expect(thumb.status).toBe(200)
+      expect(thumb.headers.get('content-type')).toBe('image/webp')
+      const meta = await sharp(Buffer.from(await thumb.arrayBuffer())).metadata()
+      expect([meta.format, meta.width, meta.height]).toEqual(['webp', 320, 240])
+      const unknown = await fetch(`${srv.base}/assets/storage/attach/view/${item!.id}?variant=huge`)
+      expect(unknown.status).toBe(400)
+      expect((await unknown.json()).code).toBe('unknown-variant')
+    })
+
     it('answers a partial failure of the board save as attach-save-failure with the post id', async () => {
       const res = await api('/board', {
         method: 'POST',
