@@ -1,10 +1,10 @@
-import { mkdir, mkdtemp, readdir, readFile, rm, stat, symlink, utimes, writeFile } from 'node:fs/promises'
+import { appendFile, mkdir, mkdtemp, readdir, readFile, rm, stat, symlink, utimes, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join, relative, sep } from 'node:path'
 import { Readable } from 'node:stream'
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest'
 import { describeStoreConformance } from '../testing.js'
-import { LocalStore } from './local-store.js'
+import { LocalStore, renameAcross } from './local-store.js'
 
 // rename() fails with EXDEV for one chosen source path, to exercise move's copy + unlink fallback;
 // every fsync of a directory (a handle opened 'r') is recorded in `synced`.
@@ -246,6 +246,56 @@ describe('LocalStore (local file system specifics)', () => {
     const ranged = await store.get('k', { start: 1, end: 3 })
     await store.delete('k')
     expect((await readAll(ranged)).toString()).toBe('eco')
+  })
+
+  it('readBytes keeps a descriptor per file read, and never answers what a change through the store replaced', async () => {
+    const { store: a } = await fresh()
+    const { store: b } = await fresh()
+    const text = async (s: LocalStore, key: string, length = 64) => Buffer.from(await s.readBytes(key, 0, length)).toString()
+    await a.put('k/one', Buffer.from('first version'))
+    expect(await text(a, 'k/one')).toBe('first version')
+    await a.put('k/one', Buffer.from('second'))
+    expect(await text(a, 'k/one')).toBe('second')
+    await a.copy('k/other', 'k/one').catch(() => undefined)
+    await a.put('k/other', Buffer.from('other'))
+    await a.copy('k/other', 'k/one')
+    expect(await text(a, 'k/one')).toBe('other')
+    await a.put('k/two', Buffer.from('two'))
+    expect(await text(a, 'k/two')).toBe('two')
+    await a.move('k/one', 'k/two')
+    expect(await text(a, 'k/two')).toBe('other')
+    await expect(a.readBytes('k/one', 0, 4)).rejects.toMatchObject({ code: 'not-found' })
+    await a.delete('k/two')
+    await expect(a.readBytes('k/two', 0, 4)).rejects.toMatchObject({ code: 'not-found' })
+    // A rename between two local stores (the confirmed save's fast path) drops both sides too.
+    await a.put('m/x', Buffer.from('moved'))
+    await b.put('m/x', Buffer.from('old target'))
+    expect(await text(a, 'm/x')).toBe('moved')
+    expect(await text(b, 'm/x')).toBe('old target')
+    expect(await renameAcross(a, 'm/x', b, 'm/x')).toBe(true)
+    expect(await text(b, 'm/x')).toBe('moved')
+    await expect(a.readBytes('m/x', 0, 4)).rejects.toMatchObject({ code: 'not-found' })
+    // Appended in place (a resumable upload's file): the same inode, so the kept descriptor reads it all.
+    await a.put('t/data', Buffer.from('abc'))
+    expect(await text(a, 't/data')).toBe('abc')
+    await appendFile(a.localPath('t/data'), 'def')
+    expect(await text(a, 't/data')).toBe('abcdef')
+  })
+
+  it('readBytes keeps at most 128 descriptors, and close() lets them all go', async () => {
+    const { store } = await fresh()
+    const openFds = async () => (await readdir('/proc/self/fd')).length
+    for (let i = 0; i < 300; i++) await store.put(`many/${i}`, Buffer.from(`file ${i}`))
+    const before = await openFds()
+    const reads = await Promise.all(Array.from({ length: 300 }, (_, i) => store.readBytes(`many/${i}`, 0, 16)))
+    expect(reads.map((r) => Buffer.from(r).toString())).toEqual(Array.from({ length: 300 }, (_, i) => `file ${i}`))
+    // Closes run on the thread pool: give them a moment.
+    await new Promise((r) => setTimeout(r, 50))
+    expect(await openFds()).toBeLessThanOrEqual(before + 128)
+    expect(await openFds()).toBeGreaterThan(before + 100)
+    await store.close()
+    await new Promise((r) => setTimeout(r, 50))
+    expect(await openFds()).toBeLessThanOrEqual(before)
   })
 
   it('lists neither dot-files nor names no key can have', async () => {

@@ -74,11 +74,26 @@ async function readDirOrNone(dir: string): Promise<Dirent[] | undefined> {
  *   and the source's), and every directory created on the way is fsynced into its parent, so what a
  *   call resolved survives a power loss. {@link sweepPartials} removes the partial files a crash left.
  * - `delete` (and `move`) remove directories left empty, up to but not including `baseDir`.
+ * - `readBytes` (small views) keeps the descriptors of up to 128 files it read lately, so a view costs
+ *   one `read`. `put`, `copy`, `move`, `delete` and {@link renameAcross} drop the descriptor of every
+ *   path they change, so the store never answers bytes it replaced; files changed in place are read as
+ *   they are now. attach-storage writes each stored file once under a new name, so a change made by
+ *   another process (a record's file deleted by another instance) concerns a record that is gone.
  *
  * @example
  * const store = new LocalStore('files', { baseDir: '/var/lib/app/files' })
  * await store.put('demo/2026/11/42/abc.png', bytes)
  */
+/** Most read descriptors one local store keeps open (see `LocalStore#open`). */
+const OPEN_FILES = 128
+
+/** A kept read descriptor: reads using it now, and whether it is dropped (closed once they end). */
+interface OpenFile {
+  fd: number
+  users: number
+  dropped: boolean
+}
+
 export class LocalStore implements Store {
   readonly type = 'local'
   readonly name: string
@@ -86,6 +101,14 @@ export class LocalStore implements Store {
   readonly baseDir: string
   readonly #baseWithSep: string
   #realBase: Promise<string> | undefined
+  /**
+   * Descriptors of files {@link readBytes} read lately, by path, least recently used first: a view of a
+   * small file then costs one `read`, no `open` and `close`. Stored files are written once under new
+   * names; every change this store makes to a path drops its descriptor.
+   */
+  readonly #open = new Map<string, OpenFile>()
+  /** Counts this store's changes: a descriptor opened while one happened is used once, not kept. */
+  #changes = 0
 
   constructor(name: string, options: LocalStoreOptions) {
     if (typeof options?.baseDir !== 'string' || options.baseDir === '') {
@@ -98,6 +121,7 @@ export class LocalStore implements Store {
 
   async put(key: string, body: Readable | Uint8Array, options: PutOptions = {}): Promise<{ size: number }> {
     const file = this.#pathOf(key)
+    this.#changing(file)
     const { signal } = options
     signal?.throwIfAborted()
     const dir = dirname(file)
@@ -163,24 +187,67 @@ export class LocalStore implements Store {
    * no stat: for small answers whose size the record knows. Fewer bytes when the file is shorter.
    */
   async readBytes(key: string, start: number, length: number): Promise<Uint8Array> {
-    const fd = await this.#openForRead(this.#pathOf(key), key)
+    const file = this.#pathOf(key)
+    const open = await this.#acquire(file, key)
     try {
       const buffer = Buffer.allocUnsafe(length)
       let filled = 0
       while (filled < length) {
         const n = await new Promise<number>((resolve, reject) =>
-          fsRead(fd, buffer, filled, length - filled, start + filled, (err, bytes) => (err ? reject(err) : resolve(bytes))),
+          fsRead(open.fd, buffer, filled, length - filled, start + filled, (err, bytes) => (err ? reject(err) : resolve(bytes))),
         )
         if (n === 0) break
         filled += n
       }
       return filled === length ? buffer : buffer.subarray(0, filled)
     } catch (err) {
+      this.#drop(file)
       if (errnoOf(err) === 'EISDIR') throw this.#notFound(key)
       throw err
     } finally {
-      fsClose(fd, () => {})
+      this.#release(open)
     }
+  }
+
+  /** A descriptor of `file` for reading: kept from an earlier read, else opened (and kept). */
+  async #acquire(file: string, key: string): Promise<OpenFile> {
+    const kept = this.#open.get(file)
+    if (kept) {
+      this.#open.delete(file)
+      this.#open.set(file, kept)
+      kept.users++
+      return kept
+    }
+    const changes = this.#changes
+    const fd = await this.#openForRead(file, key)
+    const entry: OpenFile = { fd, users: 1, dropped: false }
+    if (changes !== this.#changes || this.#open.has(file)) {
+      // The store changed while this one opened (or another read kept one): use it once.
+      entry.dropped = true
+      return entry
+    }
+    this.#open.set(file, entry)
+    if (this.#open.size > OPEN_FILES) this.#drop(this.#open.keys().next().value!)
+    return entry
+  }
+
+  #release(open: OpenFile): void {
+    if (--open.users === 0 && open.dropped) fsClose(open.fd, () => {})
+  }
+
+  /** Forgets the kept descriptor of `file` (closed once its reads end). */
+  #drop(file: string): void {
+    const open = this.#open.get(file)
+    if (!open) return
+    this.#open.delete(file)
+    open.dropped = true
+    if (open.users === 0) fsClose(open.fd, () => {})
+  }
+
+  /** A change to these paths: their kept descriptors go, and reads opening now keep nothing. */
+  #changing(...files: string[]): void {
+    this.#changes++
+    for (const f of files) this.#drop(f)
   }
 
   async stat(key: string): Promise<StoreStat> {
@@ -201,6 +268,7 @@ export class LocalStore implements Store {
   async move(from: string, to: string): Promise<void> {
     const source = this.#pathOf(from)
     const target = this.#pathOf(to)
+    this.#changing(source, target)
     await this.#checkSource(source, from)
     if (source === target) return
     const dir = dirname(target)
@@ -223,6 +291,7 @@ export class LocalStore implements Store {
   async copy(from: string, to: string): Promise<void> {
     const source = this.#pathOf(from)
     const target = this.#pathOf(to)
+    this.#changing(target)
     await this.#checkSource(source, from)
     if (source === target) return
     await this.#prepareDir(dirname(target))
@@ -231,6 +300,7 @@ export class LocalStore implements Store {
 
   async delete(key: string): Promise<void> {
     const file = this.#pathOf(key)
+    this.#changing(file)
     const dir = dirname(file)
     try {
       this.#assertInside(await realpath(dir), await this.#getRealBase(), key)
@@ -265,7 +335,17 @@ export class LocalStore implements Store {
     yield* this.#walk(dir, normalized)
   }
 
-  async close(): Promise<void> {}
+  async close(): Promise<void> {
+    for (const file of [...this.#open.keys()]) this.#drop(file)
+  }
+
+  /**
+   * Forgets what this store keeps of `key` (its read descriptor) before a change made around the
+   * store's methods, such as {@link renameAcross}.
+   */
+  forgetKey(key: string): void {
+    this.#changing(this.#pathOf(key))
+  }
 
   /** The absolute path of the file that holds `key` (whether or not it exists). */
   localPath(key: string): string {
@@ -585,6 +665,12 @@ export async function renameAcross(from: Store, fromKey: string, to: Store, toKe
   if (!from.localPath || !to.localPath || from.type !== 'local' || to.type !== 'local') return false
   const src = from.localPath(fromKey)
   const dst = to.localPath(toKey)
+  for (const [store, key] of [
+    [from, fromKey],
+    [to, toKey],
+  ] as const) {
+    if (store instanceof LocalStore) store.forgetKey(key)
+  }
   try {
     await mkdirDurable(dirname(dst))
     await rename(src, dst)
