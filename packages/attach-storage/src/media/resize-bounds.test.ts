@@ -5,7 +5,9 @@
  */
 import { PassThrough, type Readable } from 'node:stream'
 import sharp from 'sharp'
-import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { rm } from 'node:fs/promises'
+import { join } from 'node:path'
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest'
 import { makeKit, saveFile, type Kit } from '../http/test-kit.js'
 import type { Store } from '../stores/store.js'
 import { Resizer } from './resize.js'
@@ -215,5 +217,27 @@ describe('resize bounds', () => {
     expect(again.headers.get('content-length')).toBe(String(bytes.length))
     expect(again.headers.get('etag')).toBe(made.headers.get('etag'))
     expect(again.headers.get('content-type')).toBe('image/jpeg')
+  })
+
+  it('looks again for a known variant after 30 s: one removed by another process is made again, not a 404', async () => {
+    const rec = await saveFile(kit, await jpeg(1200, 800), 'purged.jpg', '903', 'image')
+    const big = `/attach/view/${rec.id}?w=1100&format=png`
+    expect((await get(big)).status).toBe(200)
+    const [file] = await variantsOf(rec)
+    expect(file).toBeDefined()
+    const generated = kit.storage.resizer.generated
+    // What `attach-storage variants purge` does from its own process.
+    await rm(join(kit.baseDir, file!))
+    const now = performance.now()
+    const clock = vi.spyOn(performance, 'now').mockImplementation(() => now + 31_000)
+    try {
+      const again = await get(big)
+      expect(again.status).toBe(200)
+      expect((await dims(again))[0]).toBe(1100)
+      expect(kit.storage.resizer.generated).toBe(generated + 1)
+      expect(await variantsOf(rec)).toHaveLength(1)
+    } finally {
+      clock.mockRestore()
+    }
   })
 })

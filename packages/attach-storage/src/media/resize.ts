@@ -93,6 +93,9 @@ export interface VariantOptions {
 /** How a shared generation ended, for each caller to take in its own way. */
 type Outcome = { ok: true; variant: Variant | undefined } | { ok: false; error: unknown }
 
+/** How long a variant found in its store is served without looking again (one `stat` per variant per period). */
+const KNOWN_FOR_MS = 30_000
+
 /** Seconds a client is told to wait (`Retry-After`) when the resize queue is full. */
 export const BUSY_RETRY_AFTER = 2
 
@@ -142,7 +145,7 @@ export class Resizer {
   /** Keys whose original needs no resize or cannot be decoded: serve the original. */
   readonly #asOriginal = new Map<string, true>()
   /** Variants known to be in their store: a cached view costs no store round trip to find it. */
-  readonly #known = new Map<string, Variant>()
+  readonly #known = new Map<string, Variant & { seenAt: number }>()
   /** Stored variants per attachment (`{store}\0{variantPrefix}`). */
   readonly #slots = new Map<string, { ready: Promise<Slots | undefined>; slots?: Slots }>()
   readonly #options: ResizerOptions
@@ -184,7 +187,8 @@ export class Resizer {
     const cacheKey = `${store.name}\u0000${key}`
     if (this.#asOriginal.has(cacheKey)) return undefined
     const known = this.#known.get(cacheKey)
-    if (known) return known
+    // Looked at again in its store now and then: another process (`variants purge`) may have removed it.
+    if (known && performance.now() - known.seenAt < KNOWN_FOR_MS) return known
     const type = r.format ? FORMATS[r.format] : originalType
     try {
       const s = await store.stat(key)
@@ -230,7 +234,7 @@ export class Resizer {
   /** Variants are deleted only with their record, whose lookup fails first; forgetting is for memory. */
   #remember_(cacheKey: string, v: Variant): Variant {
     if (this.#known.size > 50_000) this.#known.delete(this.#known.keys().next().value!)
-    this.#known.set(cacheKey, v)
+    this.#known.set(cacheKey, { ...v, seenAt: performance.now() })
     return v
   }
 
