@@ -54,9 +54,16 @@ export function userIdOf(sub: string): number | string {
   return sub
 }
 
+/** How long a verified token is taken as verified without checking its signature again. */
+const VERIFIED_FOR_MS = 30_000
+/** Most verified tokens kept (the oldest goes first). */
+const VERIFIED_MAX = 1000
+
 /**
  * Builds a token verifier from {@link JwtOptions}: `verify(token)` resolves the user or `null` (missing,
  * malformed, expired, wrongly signed, without `sub`, or without `exp` unless `requireExp` is false).
+ * A token it verified is taken as verified again, without its signature being checked, until its `exp`
+ * and for at most 30 s.
  */
 export function createJwtVerifier(options: JwtOptions): (token: string | undefined) => Promise<AuthUser | null> {
   const given = [options.secret, options.publicKey, options.jwks, options.jwksUrl].filter((x) => x !== undefined)
@@ -84,12 +91,27 @@ export function createJwtVerifier(options: JwtOptions): (token: string | undefin
   } else {
     getKey = createRemoteJWKSet(new URL(options.jwksUrl!))
   }
+  // Tokens verified lately, by their text: a client's next requests skip the signature check (two
+  // WebCrypto calls). Kept until the token's `exp` and at most VERIFIED_FOR_MS; refusals are not kept.
+  const verified = new Map<string, { user: AuthUser; until: number }>()
   return async (token) => {
     if (!token) return null
+    const now = Date.now()
+    const known = verified.get(token)
+    if (known) {
+      if (known.until > now) return known.user
+      verified.delete(token)
+    }
     try {
       const { payload } = getKey ? await jwtVerify(token, getKey, verifyOptions) : await jwtVerify(token, await key!, verifyOptions)
       if (typeof payload.sub !== 'string' || payload.sub === '') return null
-      return { id: userIdOf(payload.sub), claims: payload as Record<string, unknown> }
+      const user = { id: userIdOf(payload.sub), claims: payload as Record<string, unknown> }
+      const until = Math.min(now + VERIFIED_FOR_MS, typeof payload.exp === 'number' ? payload.exp * 1000 : now + VERIFIED_FOR_MS)
+      if (until > now) {
+        if (verified.size >= VERIFIED_MAX) verified.delete(verified.keys().next().value!)
+        verified.set(token, { user, until })
+      }
+      return user
     } catch {
       return null
     }
