@@ -8,8 +8,9 @@
  * local temporary store appends to one file (`_tus/{name}/data`) instead and renames it into place.
  * Every step leaves a state from which the client's retry (HEAD, then PATCH) completes the upload.
  */
-import { createWriteStream } from 'node:fs'
+import { close as fsClose, open as fsOpen, writev as fsWritev, fsync, ftruncate } from 'node:fs'
 import { open, stat } from 'node:fs/promises'
+import { promisify as fsp } from 'node:util'
 import { dirname } from 'node:path'
 import { Readable, Transform, Writable } from 'node:stream'
 import { pipeline } from 'node:stream/promises'
@@ -115,9 +116,15 @@ function localFile(ctx: ServiceContext, key: string): string | undefined {
   return tmp.type === 'local' && tmp.localPath ? tmp.localPath(key) : undefined
 }
 
+/** Largest info file read in one call (it is a few hundred bytes). */
+const INFO_READ = 64 * 1024
+
 async function readInfo(tmp: Store, name: string): Promise<ResumableInfo | undefined> {
   try {
-    return JSON.parse((await readAll(await tmp.get(infoKey(name)))).toString('utf8')) as ResumableInfo
+    // One read where the store can (a local store keeps the file open between PATCHes), else a stream.
+    const head = tmp.readBytes ? await tmp.readBytes(infoKey(name), 0, INFO_READ) : undefined
+    const bytes = head && head.length < INFO_READ ? head : await readAll(await tmp.get(infoKey(name)))
+    return JSON.parse(Buffer.from(bytes.buffer, bytes.byteOffset, bytes.length).toString('utf8')) as ResumableInfo
   } catch (err) {
     if (err instanceof AttachStorageError && err.code === 'not-found') return undefined
     throw err
@@ -308,6 +315,34 @@ export function appendResumable(
 const conflict = (offset: number) =>
   new AttachStorageError('conflict', `Upload-Offset does not match the upload's offset ${offset}`, { status: 409 })
 
+/**
+ * A writable appending to an open descriptor (`O_APPEND`), never closing it: what waits while a write
+ * runs goes in one `writev`; a short write goes on with the rest.
+ */
+function appender(fd: number): Writable {
+  const writeAll = (chunks: Buffer[], done: (err?: Error | null) => void) => {
+    fsWritev(fd, chunks, null, (err, n) => {
+      if (err) return done(err)
+      let rest = chunks
+      while (rest.length && n >= rest[0]!.length) {
+        n -= rest[0]!.length
+        rest = rest.slice(1)
+      }
+      if (!rest.length) return done()
+      writeAll([rest[0]!.subarray(n), ...rest.slice(1)], done)
+    })
+  }
+  return new Writable({
+    highWaterMark: 1024 * 1024,
+    write: (chunk: Buffer, _encoding, done) => writeAll([chunk], done),
+    writev: (chunks, done) =>
+      writeAll(
+        chunks.map((c) => c.chunk as Buffer),
+        done,
+      ),
+  })
+}
+
 /** A pass-through failing with `over()` once more than `room` bytes have flowed. */
 async function* bounded(source: AsyncIterable<Uint8Array>, room: number, over: () => Error): AsyncGenerator<Uint8Array> {
   let n = 0
@@ -352,30 +387,33 @@ async function write(
         cb(null, chunk)
       },
     })
-    const out = createWriteStream(file, { flags: 'a', highWaterMark: 1024 * 1024 })
-    // A body that fails (the client went away) ends the file normally, so every byte that arrived is kept.
+    // One descriptor for the appends, the cut of a refused checksum and the fsync, closed here only
+    // (an fs.WriteStream would close it itself when the pipeline fails).
+    const fd = await fsp(fsOpen)(file, 'a')
+    let refused: boolean
     let dropped: unknown
-    async function* arrived(): AsyncGenerator<Buffer> {
-      try {
-        for await (const chunk of body) yield chunk as Buffer
-      } catch (err) {
-        dropped = err
-      }
-    }
-    await pipeline(arrived(), meter, out)
-    // With a checksum, only whole bytes of that digest stay: anything else is cut off again.
-    const refused = checksum !== undefined && (dropped !== undefined || !matches())
-    const fh = await open(file, 'r+')
     try {
-      if (refused) await fh.truncate(offset)
-      await fh.sync()
+      const out = appender(fd)
+      // A body that fails (the client went away) ends the file normally, so every byte that arrived is kept.
+      async function* arrived(): AsyncGenerator<Buffer> {
+        try {
+          for await (const chunk of body) yield chunk as Buffer
+        } catch (err) {
+          dropped = err
+        }
+      }
+      await pipeline(arrived(), meter, out)
+      // With a checksum, only whole bytes of that digest stay: anything else is cut off again.
+      refused = checksum !== undefined && (dropped !== undefined || !matches())
+      if (refused) await fsp(ftruncate)(fd, offset)
+      await fsp(fsync)(fd)
     } finally {
-      await fh.close()
+      await fsp(fsClose)(fd)
     }
     if (refused) {
       // The running hash took bytes the file no longer holds: the completion reads the file instead.
       if (dropped) throw dropped
-      throw checksumMismatch(checksum.algorithm)
+      throw checksumMismatch(checksum!.algorithm)
     }
     // Every byte seen is in the file (the pipeline ended normally): the running hash stays valid.
     if (hash) remember(name, offset + seen, hash)
