@@ -321,12 +321,18 @@ export async function createReference(env: ServerEnv = process.env, logger: Logg
       }
     }
 
-  const createBoard = guard(async (request: Request) => {
-    const user = await requireUser(request)
+  /**
+   * A board post's JSON body (POST and PUT): `title` (required on POST), `body`, and an
+   * `attachContainer` of domain `board` whose categories are registered.
+   */
+  async function readPost(
+    request: Request,
+    titleRequired: boolean,
+  ): Promise<{ title: string | undefined; text: string | undefined; attachContainer: unknown }> {
     const body = await readJson(request, BOARD_JSON_LIMIT)
     if (!body || typeof body !== 'object' || Array.isArray(body)) throw badRequest('The body must be a JSON object')
     const { title, body: text, attachContainer } = body as Record<string, unknown>
-    if (typeof title !== 'string' || title.trim() === '' || title.length > 200) {
+    if ((titleRequired || title !== undefined) && (typeof title !== 'string' || title.trim() === '' || title.length > 200)) {
       throw badRequest('title must be a non-empty string of at most 200 characters')
     }
     if (text !== undefined && typeof text !== 'string') throw badRequest('body must be a string')
@@ -339,6 +345,12 @@ export async function createReference(env: ServerEnv = process.env, logger: Logg
         if (key !== 'refDomain' && key !== '_deleted') storage.registry.category('board', key)
       }
     }
+    return { title: title as string | undefined, text: text as string | undefined, attachContainer }
+  }
+
+  const createBoard = guard(async (request: Request) => {
+    const user = await requireUser(request)
+    const { title, text, attachContainer } = await readPost(request, true)
     const createdDt = new Date().toISOString()
     const values = { title, body: text ?? '', created_by: String(user.id), created_dt: createdDt }
     const inserted =
@@ -391,22 +403,7 @@ export async function createReference(env: ServerEnv = process.env, logger: Logg
 
   const updateBoard = guard(async (request: Request, id: string) => {
     const { user, post } = await ownPost(request, id)
-    const body = await readJson(request, BOARD_JSON_LIMIT)
-    if (!body || typeof body !== 'object' || Array.isArray(body)) throw badRequest('The body must be a JSON object')
-    const { title, body: text, attachContainer } = body as Record<string, unknown>
-    if (title !== undefined && (typeof title !== 'string' || title.trim() === '' || title.length > 200)) {
-      throw badRequest('title must be a non-empty string of at most 200 characters')
-    }
-    if (text !== undefined && typeof text !== 'string') throw badRequest('body must be a string')
-    if (attachContainer !== undefined && attachContainer !== null) {
-      if (typeof attachContainer !== 'object' || Array.isArray(attachContainer))
-        throw badRequest('attachContainer must be an AttachBag object')
-      const d = (attachContainer as { refDomain?: unknown }).refDomain
-      if (d !== undefined && d !== 'board') throw badRequest('attachContainer.refDomain must be "board"')
-      for (const key of Object.keys(attachContainer)) {
-        if (key !== 'refDomain' && key !== '_deleted') storage.registry.category('board', key)
-      }
-    }
+    const { title, text, attachContainer } = await readPost(request, false)
     const changes: Record<string, string> = {}
     if (typeof title === 'string') changes.title = title
     if (typeof text === 'string') changes.body = text
