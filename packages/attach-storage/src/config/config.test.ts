@@ -64,6 +64,39 @@ describe('the settings schema', () => {
     expect(() => parseAttachConfig({ 'api-prefix': 'no-slash' })).toThrow(/apiPrefix/)
   })
 
+  it('refuses named variants without a box, out of bounds, of an unknown format or name, and more than 8', async () => {
+    const cat = (variants: unknown) => ({ domains: { post: { categories: { image: { variants } } } } })
+    expect(() => parseAttachConfig(cat({ thumb: {} }))).toThrow(/variants\.thumb: a variant needs w or h/)
+    expect(() => parseAttachConfig(cat({ thumb: { w: 0 } }))).toThrow(/variants\.thumb\.w/)
+    expect(() => parseAttachConfig(cat({ thumb: { w: 4097 } }))).toThrow(/variants\.thumb\.w/)
+    expect(() => parseAttachConfig(cat({ thumb: { w: 10, format: 'gif' } }))).toThrow(/must be one of webp, avif, jpeg, png/)
+    expect(() => parseAttachConfig(cat({ '../x': { w: 10 } }))).toThrow(/must be 1-64 letters/)
+    const nine = Object.fromEntries(Array.from({ length: 9 }, (_, i) => [`v${i}`, { w: 10 + i }]))
+    expect(() => parseAttachConfig(cat(nine))).toThrow(/at most 8 named variants per category/)
+    expect(() => parseAttachConfig({ 'variant-jobs': { queue: 'redis' } })).toThrow(/variantJobs\.queue/)
+    expect(() => parseAttachConfig({ 'variant-jobs': { 'job-timeout': 'soon' } })).toThrow(/variantJobs\.jobTimeout/)
+    // The registrar's registerCategory() is held to the same rules.
+    const registering = (variants: unknown) =>
+      createAttachStorage({
+        config: {
+          db: { type: 'sqlite', file: ':memory:' },
+          directory: { baseDir: join(dir, 'v'), tmpDir: join(dir, 'vt') },
+          domains: { post: {} },
+        },
+        registrar: (registry) => {
+          registry.registerCategory('post', 'image', { variants: variants as never })
+        },
+      })
+    await expect(registering({ thumb: { h: 5000 } })).rejects.toMatchObject({
+      code: 'config-invalid',
+      message: expect.stringMatching(/Category "post.image": variants\.thumb\.h/),
+    })
+    await expect(registering(nine)).rejects.toMatchObject({
+      code: 'config-invalid',
+      message: expect.stringMatching(/at most 8 named variants/),
+    })
+  })
+
   it('keeps names under stores, domains and categories as written', () => {
     expect(camelizeSettings({ stores: { 'my-store': { 'base-dir': 'x' } } })).toEqual({ stores: { 'my-store': { baseDir: 'x' } } })
   })

@@ -42,11 +42,45 @@ const sizeValue = v.union([v.number(), v.string()])
 
 const FilterSpecSchema = v.union([v.pipe(v.string(), v.nonEmpty()), v.looseObject({ name: v.pipe(v.string(), v.nonEmpty()) })])
 
+/** A store, domain, category or variant name: 1-64 letters, digits, `_` or `-`. */
+const NAME = v.pipe(v.string(), v.regex(/^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$/, 'must be 1-64 letters, digits, _ or -'))
+
+/** A duration setting (`"10m"`, `"24h"`, or seconds), at least 1 s; parsed to milliseconds. */
+const duration = (example: string, fallback: string) =>
+  v.optional(
+    v.pipe(
+      v.union([v.number(), v.string()]),
+      v.transform((x) => parseDuration(x)),
+      v.number(`must be a duration such as "${example}" or a number of seconds`),
+      v.minValue(1000, 'must be at least 1s'),
+    ),
+    fallback,
+  )
+
 /** Most named variants one category may declare: each saved image of it costs one job per name. */
 export const MAX_NAMED_VARIANTS = 8
 
 /** The job queues named variants can run on (`variants.queue`). */
 export const VARIANT_QUEUES = ['auto', 'memory', 'pg-boss'] as const
+
+/**
+ * A category's named variants: at most {@link MAX_NAMED_VARIANTS}, each a box (`w` and/or `h`,
+ * 1..4096) and an optional output format. The registry checks `registerCategory()`'s with it too.
+ */
+export const NamedVariantsSchema = v.pipe(
+  v.record(
+    NAME,
+    v.pipe(
+      v.object({
+        w: v.optional(v.pipe(v.number(), v.integer(), v.minValue(1), v.maxValue(4096))),
+        h: v.optional(v.pipe(v.number(), v.integer(), v.minValue(1), v.maxValue(4096))),
+        format: v.optional(v.picklist(['webp', 'avif', 'jpeg', 'png'], 'must be one of webp, avif, jpeg, png')),
+      }),
+      v.check((x) => x.w !== undefined || x.h !== undefined, 'a variant needs w or h'),
+    ),
+  ),
+  v.check((x) => Object.keys(x).length <= MAX_NAMED_VARIANTS, `at most ${MAX_NAMED_VARIANTS} named variants per category`),
+)
 
 const CategorySchema = v.object({
   /** The category's filter chain, run on every temporary and direct upload into it. */
@@ -75,22 +109,7 @@ const CategorySchema = v.object({
    * output format; they are always stored, whatever `resize.maxVariants` says.
    * @example { thumb: { w: 200, h: 200 }, large: { w: 1600, format: 'webp' } }
    */
-  variants: v.optional(
-    v.pipe(
-      v.record(
-        v.pipe(v.string(), v.regex(/^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$/, 'must be 1-64 letters, digits, _ or -')),
-        v.pipe(
-          v.object({
-            w: v.optional(v.pipe(v.number(), v.integer(), v.minValue(1), v.maxValue(4096))),
-            h: v.optional(v.pipe(v.number(), v.integer(), v.minValue(1), v.maxValue(4096))),
-            format: v.optional(v.picklist(['webp', 'avif', 'jpeg', 'png'], 'must be one of webp, avif, jpeg, png')),
-          }),
-          v.check((x) => x.w !== undefined || x.h !== undefined, 'a variant needs w or h'),
-        ),
-      ),
-      v.check((x) => Object.keys(x).length <= MAX_NAMED_VARIANTS, `at most ${MAX_NAMED_VARIANTS} named variants per category`),
-    ),
-  ),
+  variants: v.optional(NamedVariantsSchema),
   /**
    * A guarded category's files may leave through presigned store addresses (`serve: redirect`), which
    * anyone holding one can read until it expires. Unset: a guarded category's files always stream
@@ -100,8 +119,6 @@ const CategorySchema = v.object({
    */
   allowRedirect: v.optional(v.boolean(), false),
 })
-
-const NAME = v.pipe(v.string(), v.regex(/^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$/, 'must be 1-64 letters, digits, _ or -'))
 
 const DomainSchema = v.object({
   /** Store of the domain's files; default: `defaultStore`. */
@@ -206,15 +223,7 @@ export const AttachConfigSchema = v.object({
     'UTC',
   ),
   /** Lifetime of temporary files (`"24h"`, `"30m"`, or seconds). @default '24h' */
-  tmpTtl: v.optional(
-    v.pipe(
-      v.union([v.number(), v.string()]),
-      v.transform((x) => parseDuration(x)),
-      v.number('must be a duration such as "24h" or a number of seconds'),
-      v.minValue(1000, 'must be at least 1s'),
-    ),
-    '24h',
-  ),
+  tmpTtl: duration('24h', '24h'),
   upload: v.optional(
     v.object({
       /** Largest accepted file (bytes, or `"100MB"`); larger answers 413. @default '100MB' */
@@ -311,15 +320,7 @@ export const AttachConfigSchema = v.object({
       /** Times a failed job is tried again (with a growing delay). @default 3 */
       retryLimit: v.optional(v.pipe(v.number(), v.integer(), v.minValue(0), v.maxValue(100)), 3),
       /** `pg-boss`: a job running longer than this is taken to have died with its instance, and retried. @default '10m' */
-      jobTimeout: v.optional(
-        v.pipe(
-          v.union([v.number(), v.string()]),
-          v.transform((x) => parseDuration(x)),
-          v.number('must be a duration such as "10m" or a number of seconds'),
-          v.minValue(1000, 'must be at least 1s'),
-        ),
-        '10m',
-      ),
+      jobTimeout: duration('10m', '10m'),
       /** `pg-boss`: more options of its constructor (`schema`, `maintenanceIntervalSeconds`, ...), passed as they are. */
       pgBoss: v.optional(v.record(v.string(), v.unknown()), {}),
     }),
@@ -343,15 +344,7 @@ export const AttachConfigSchema = v.object({
       /** HMAC secret (at least 16 bytes); unset: no signed URLs, guarded `url`s need the caller's own credentials. */
       secret: v.optional(v.pipe(v.string(), v.minLength(16, 'must be at least 16 characters'))),
       /** Lifetime of a signed URL (`"10m"`, or seconds). @default '1h' */
-      ttl: v.optional(
-        v.pipe(
-          v.union([v.number(), v.string()]),
-          v.transform((x) => parseDuration(x)),
-          v.number('must be a duration such as "10m" or a number of seconds'),
-          v.minValue(1000, 'must be at least 1s'),
-        ),
-        '1h',
-      ),
+      ttl: duration('10m', '1h'),
     }),
     {},
   ),

@@ -1,11 +1,13 @@
+import * as v from 'valibot'
 import { AttachStorageError, badRequest, configError } from '../errors.js'
 import {
   type AllowedSize,
   type EntityChangeGuard,
   type FilterSpec,
-  MAX_NAMED_VARIANTS,
+  NamedVariantsSchema,
   type SecureAccessFunction,
 } from '../config/schema.js'
+import { describeIssue } from '../validation.js'
 import { BUILT_IN_FILTERS, DEFAULT_REQUEST_FILTERS, type AttachFilter } from '../filters/filters.js'
 
 /** A category as registered: its filter chain (resolved) and its secure-access function. */
@@ -203,21 +205,9 @@ export class Registry {
   }
 }
 
-/** Checks a category's named variants (names, boxes within 1..4096, formats, how many). */
+/** Checks a category's named variants with the settings' own schema (names, boxes, formats, how many). */
 function namedVariants(where: string, input: Record<string, NamedVariant> | undefined): Map<string, NamedVariant> {
-  const out = new Map<string, NamedVariant>()
-  const entries = Object.entries(input ?? {})
-  if (entries.length > MAX_NAMED_VARIANTS) throw configError(`Category "${where}": at most ${MAX_NAMED_VARIANTS} named variants`)
-  const dimension = (x: unknown) => x === undefined || (Number.isInteger(x) && (x as number) >= 1 && (x as number) <= 4096)
-  for (const [name, spec] of entries) {
-    if (!NAME.test(name)) throw configError(`Category "${where}": variant name "${name}" is not a valid name`)
-    if (!spec || typeof spec !== 'object' || !dimension(spec.w) || !dimension(spec.h) || (spec.w === undefined && spec.h === undefined)) {
-      throw configError(`Category "${where}": variant "${name}" needs w and/or h, integers within 1..4096`)
-    }
-    if (spec.format !== undefined && !['webp', 'avif', 'jpeg', 'png'].includes(spec.format)) {
-      throw configError(`Category "${where}": variant "${name}" format must be one of webp, avif, jpeg, png`)
-    }
-    out.set(name, { w: spec.w, h: spec.h, format: spec.format })
-  }
-  return out
+  const result = v.safeParse(NamedVariantsSchema, input ?? {})
+  if (!result.success) throw configError(`Category "${where}": ${describeIssue(result.issues[0], 'variants')}`)
+  return new Map(Object.entries(result.output))
 }
