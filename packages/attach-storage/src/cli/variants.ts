@@ -2,11 +2,10 @@
  * `attach-storage variants purge|make --domain D`: drops the stored resize variants of a domain's
  * records, or makes the named variants its categories declare that are not made yet.
  */
-import { isResizable } from '../media/resize.js'
 import type { AttachmentRecord } from '../model.js'
 import type { ServiceContext } from '../service/context.js'
 import { storeKey } from '../service/layout.js'
-import { madeVariants, makeNamedVariant } from '../service/variants.js'
+import { madeVariants, makeNamedVariant, namedVariantsOf } from '../service/variants.js'
 import { startProgress } from './progress.js'
 import { type CliIo, EXIT, forEachConcurrent, type GlobalOptions, openService, report, UsageError } from './runtime.js'
 import { PAGE } from './walk.js'
@@ -87,13 +86,13 @@ async function make(ctx: ServiceContext, domain: string, options: VariantsOption
       const made = await madeVariants(ctx, wanted)
       for (const r of wanted) {
         counts.records++
-        const category = registered.categories.get(r.refCategory)!
-        if (!isResizable(r.fileType)) {
+        const variants = namedVariantsOf(ctx, r)
+        if (!variants) {
           progress.tick(0)
           continue
         }
-        const missing = [...category.variants.keys()].filter((n) => !made.get(r.id)?.includes(n))
-        counts.existing += category.variants.size - missing.length
+        const missing = [...variants.keys()].filter((n) => !made.get(r.id)?.includes(n))
+        counts.existing += variants.size - missing.length
         if (!missing.length) progress.tick(0)
         else yield { r, missing }
       }

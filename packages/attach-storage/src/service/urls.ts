@@ -4,8 +4,7 @@ import { checkAccess, describeRecord } from './access.js'
 import type { ServiceContext } from './context.js'
 import type { AccessContext } from './types.js'
 import { storeKey } from './layout.js'
-import { madeVariants } from './variants.js'
-import { isResizable } from '../media/resize.js'
+import { madeVariants, namedVariantsOf } from './variants.js'
 import { EDITOR_DOMAIN } from './uploads.js'
 
 /** The CDN address of a store's files (the store's `cdn-url`, else the global one), or undefined. */
@@ -58,9 +57,7 @@ export async function readableViews(ctx: ServiceContext, records: AttachmentReco
  * none (or it is no image), else the names made so far (from {@link madeVariants}).
  */
 export function namedOf(ctx: ServiceContext, r: AttachmentRecord, made: Map<number, string[]>): string[] | undefined {
-  const category = ctx.registry.domain(r.refDomain).categories.get(r.refCategory)
-  if (!category?.variants.size || !isResizable(r.fileType)) return undefined
-  return made.get(r.id) ?? []
+  return namedVariantsOf(ctx, r) ? (made.get(r.id) ?? []) : undefined
 }
 
 /** The address of a record's named variant: the view route by id, signed for a guarded category. */

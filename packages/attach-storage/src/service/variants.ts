@@ -24,16 +24,25 @@ export function namedResize(category: RegisteredCategory, name: string): ResizeR
       'unknown-variant',
     )
   }
+  return resizeOfNamed(name, spec)
+}
+
+/** The resize request that makes a named variant. */
+function resizeOfNamed(name: string, spec: NamedVariant): ResizeRequest {
   return { w: spec.w, h: spec.h, format: spec.format, negotiated: false, variant: name }
+}
+
+/** The named variants a record has: its category's, when it is an image; undefined otherwise. */
+export function namedVariantsOf(ctx: ServiceContext, r: AttachmentRecord): ReadonlyMap<string, NamedVariant> | undefined {
+  const category = ctx.registry.domain(r.refDomain).categories.get(r.refCategory)
+  return category?.variants.size && isResizable(r.fileType) ? category.variants : undefined
 }
 
 /** The jobs a save of these records calls for: one per named variant of each image's category. */
 export function variantJobsOf(ctx: ServiceContext, records: readonly AttachmentRecord[]): VariantJob[] {
   const jobs: VariantJob[] = []
   for (const r of records) {
-    const category = ctx.registry.domain(r.refDomain).categories.get(r.refCategory)
-    if (!category?.variants.size || !isResizable(r.fileType)) continue
-    for (const name of category.variants.keys()) jobs.push({ fileId: r.id, name })
+    for (const name of namedVariantsOf(ctx, r)?.keys() ?? []) jobs.push({ fileId: r.id, name })
   }
   return jobs
 }
@@ -60,13 +69,12 @@ export async function queueNamedVariants(ctx: ServiceContext, records: readonly 
 export async function makeNamedVariant(ctx: ServiceContext, job: VariantJob): Promise<VariantJobOutcome> {
   const r = await ctx.repo.findById(job.fileId)
   if (!r) return 'gone'
-  const category = ctx.registry.domain(r.refDomain).categories.get(r.refCategory)
-  const spec = category?.variants.get(job.name)
-  if (!spec || !isResizable(r.fileType)) return 'gone'
+  const spec = namedVariantsOf(ctx, r)?.get(job.name)
+  if (!spec) return 'gone'
   const made = await ctx.repo.variants.ofRecords([r.id])
   if (made.some((row) => row.name === job.name && row.spec === variantSpec(spec))) return 'exists'
   const store = ctx.store(r.store)
-  const resize: ResizeRequest = { w: spec.w, h: spec.h, format: spec.format, negotiated: false, variant: job.name }
+  const resize = resizeOfNamed(job.name, spec)
   const key = variantKey(storeKey(r.savedDir, ''), r.id, resize)
   const make = () => ctx.resizer.variant(store, storeKey(r.savedDir, r.savedName), key, r.fileType, resize, () => {}, { background: true })
   let variant = await make()
@@ -105,8 +113,8 @@ export async function madeVariants(ctx: ServiceContext, records: readonly Attach
   const out = new Map<number, string[]>()
   const specs = new Map<number, ReadonlyMap<string, NamedVariant>>()
   for (const r of records) {
-    const category = ctx.registry.domain(r.refDomain).categories.get(r.refCategory)
-    if (category?.variants.size && isResizable(r.fileType)) specs.set(r.id, category.variants)
+    const named = namedVariantsOf(ctx, r)
+    if (named) specs.set(r.id, named)
   }
   if (!specs.size) return out
   for (const row of await ctx.repo.variants.ofRecords([...specs.keys()])) {
