@@ -18,7 +18,7 @@ import { AttachStorageError, badRequest, forbidden, notFound, tooLarge } from '.
 import { createHash, type Hash } from 'node:crypto'
 import { extensionOf } from '../media/sniff.js'
 import { mkdirDurable } from '../stores/local-store.js'
-import { readAll } from '../stores/read-all.js'
+import { readSmallObject } from '../stores/read-all.js'
 import type { Store } from '../stores/store.js'
 import { sameUser } from './access.js'
 import type { ServiceContext } from './context.js'
@@ -116,15 +116,9 @@ function localFile(ctx: ServiceContext, key: string): string | undefined {
   return tmp.type === 'local' && tmp.localPath ? tmp.localPath(key) : undefined
 }
 
-/** Largest info file read in one call (it is a few hundred bytes). */
-const INFO_READ = 64 * 1024
-
 async function readInfo(tmp: Store, name: string): Promise<ResumableInfo | undefined> {
   try {
-    // One read where the store can (a local store keeps the file open between PATCHes), else a stream.
-    const head = tmp.readBytes ? await tmp.readBytes(infoKey(name), 0, INFO_READ) : undefined
-    const bytes = head && head.length < INFO_READ ? head : await readAll(await tmp.get(infoKey(name)))
-    return JSON.parse(Buffer.from(bytes.buffer, bytes.byteOffset, bytes.length).toString('utf8')) as ResumableInfo
+    return JSON.parse((await readSmallObject(tmp, infoKey(name))).toString('utf8')) as ResumableInfo
   } catch (err) {
     if (err instanceof AttachStorageError && err.code === 'not-found') return undefined
     throw err

@@ -1,8 +1,7 @@
 /** The temporary area: its keys and the sidecar that makes a temporary file savable. */
-import type { Readable } from 'node:stream'
 import { AttachStorageError } from '../errors.js'
 import { SNIFF_BYTES } from '../media/sniff.js'
-import { readAll } from '../stores/read-all.js'
+import { readAll, readSmallObject } from '../stores/read-all.js'
 import type { Store } from '../stores/store.js'
 import type { ServiceContext } from './context.js'
 
@@ -53,14 +52,14 @@ export async function readTmpMeta(
   options: { withFile?: boolean } = {},
 ): Promise<TmpMeta | undefined> {
   const tmp = ctx.stores.tmpStore
-  let stream: Readable
+  let bytes: Buffer
   try {
-    stream = await tmp.get(tmpMetaKey(savedName))
+    bytes = await readSmallObject(tmp, tmpMetaKey(savedName))
   } catch (err) {
     if (err instanceof AttachStorageError && err.code === 'not-found') return undefined
     throw err
   }
-  const meta = JSON.parse((await readAll(stream)).toString('utf8')) as TmpMeta
+  const meta = JSON.parse(bytes.toString('utf8')) as TmpMeta
   if (options.withFile !== false && !(await tmp.exists(tmpKey(savedName)))) return undefined
   return meta
 }
