@@ -1,9 +1,10 @@
-/** The repository queries of the `attach-storage` command, on each dialect. */
+/** The repository queries of the `attach-storage` command, and the named-variant rows, on each dialect. */
 import { randomUUID } from 'node:crypto'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { DIALECTS, openTestDatabase, type TestDatabase } from '../../../../test/databases.js'
 import { AttachRepository } from './attach-repository.js'
 import { migrateAttachSchema } from './migrations.js'
+import { variantSpec } from './variant-rows.js'
 
 for (const dialect of DIALECTS) {
   describe(`operations queries on ${dialect}`, () => {
@@ -31,8 +32,9 @@ for (const dialect of DIALECTS) {
         sha256: 'ab'.repeat(32),
         createdDt: now,
       })
+      let recordId = 0
       if (attach) {
-        await repo.createRecord(
+        const rec = await repo.createRecord(
           blob.id,
           {
             refDomain: domain,
@@ -47,8 +49,9 @@ for (const dialect of DIALECTS) {
           },
           { requireLive: false, requirePending: true },
         )
+        recordId = rec!.id
       }
-      return blob
+      return { ...blob, recordId }
     }
 
     it('pages live blobs by domain, finds known places, counts, and switches a blob’s store', async () => {
@@ -78,6 +81,46 @@ for (const dialect of DIALECTS) {
       const records = await repo.pageDomainRecords('opsa', 0, 10)
       expect(records.map((r) => r.store)).toEqual(['s3', 's3'])
       expect(await repo.pageLiveBlobs(0, 10, { refDomain: 'opsa', store: 'local' })).toEqual([])
+    })
+
+    const variantRow = (fileId: number, name: string, spec = '20x20', fileSize = 10) => ({
+      fileId,
+      name,
+      spec,
+      fileSize,
+      fileType: 'image/png',
+      createdDt: '2026-11-26T00:00:00.000Z',
+    })
+
+    it('records a variant once per record and name (again: the new spec replaces the old), reads them back, counts them', async () => {
+      const a = (await add('vra', 100)).recordId
+      const b = (await add('vra', 100)).recordId
+      await repo.variants.record(variantRow(a, 'thumb'))
+      await repo.variants.record(variantRow(a, 'wide', '40x0.webp'))
+      await repo.variants.record(variantRow(b, 'thumb'))
+      await repo.variants.record(variantRow(a, 'thumb', '30x30', 12))
+      const rows = await repo.variants.ofRecords([a, b, a])
+      expect(rows.map((r) => `${r.fileId}:${r.name}:${r.spec}:${r.fileSize}`).sort()).toEqual(
+        [`${a}:thumb:30x30:12`, `${a}:wide:40x0.webp:10`, `${b}:thumb:20x20:10`].sort(),
+      )
+      expect(await repo.variants.ofRecords([])).toEqual([])
+      expect(variantSpec({ w: 40, format: 'webp' })).toBe('40x0.webp')
+      const counts = await repo.variants.countByName()
+      expect(counts.find((c) => c.name === 'thumb')?.count).toBeGreaterThanOrEqual(2)
+    })
+
+    it('forgets a record’s variant rows when it is deleted, a domain’s on purge, and rows whose record is gone', async () => {
+      const a = (await add('vrb', 100)).recordId
+      const b = (await add('vrb', 100)).recordId
+      const c = (await add('vrc', 100)).recordId
+      for (const id of [a, b, c]) await repo.variants.record(variantRow(id, 'thumb'))
+      await repo.markDeleted([a])
+      expect(await repo.variants.ofRecords([a])).toEqual([])
+      // A job that ended after the delete writes its row anyway: the sweep's forgetOrphans takes it.
+      await repo.variants.record(variantRow(a, 'thumb'))
+      expect(await repo.variants.forgetOrphans()).toBe(1)
+      expect(await repo.variants.forgetDomain('vrb')).toBe(1)
+      expect((await repo.variants.ofRecords([a, b, c])).map((r) => r.fileId)).toEqual([c])
     })
   })
 }
