@@ -1,7 +1,7 @@
 import { appendFile, mkdir, mkdtemp, readdir, readFile, rm, stat, symlink, utimes, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join, relative, sep } from 'node:path'
-import { Readable } from 'node:stream'
+import { PassThrough, Readable } from 'node:stream'
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest'
 import { describeStoreConformance } from '../testing.js'
 import { LocalStore, renameAcross } from './local-store.js'
@@ -275,6 +275,14 @@ describe('LocalStore (local file system specifics)', () => {
     expect(await renameAcross(a, 'm/x', b, 'm/x')).toBe(true)
     expect(await text(b, 'm/x')).toBe('moved')
     await expect(a.readBytes('m/x', 0, 4)).rejects.toMatchObject({ code: 'not-found' })
+    // A read while a put replaces the file opens the old one: it is not kept past the put.
+    await a.put('r/k', Buffer.from('old'))
+    const slow = new PassThrough()
+    const replacing = a.put('r/k', slow)
+    expect(await text(a, 'r/k')).toBe('old')
+    slow.end('new')
+    await replacing
+    expect(await text(a, 'r/k')).toBe('new')
     // Appended in place (a resumable upload's file): the same inode, so the kept descriptor reads it all.
     await a.put('t/data', Buffer.from('abc'))
     expect(await text(a, 't/data')).toBe('abc')

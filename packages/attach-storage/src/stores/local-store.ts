@@ -121,35 +121,36 @@ export class LocalStore implements Store {
 
   async put(key: string, body: Readable | Uint8Array, options: PutOptions = {}): Promise<{ size: number }> {
     const file = this.#pathOf(key)
-    this.#changing(file)
-    const { signal } = options
-    signal?.throwIfAborted()
-    const dir = dirname(file)
-    await this.#prepareDir(dir)
-    const temp = tempPathFor(file)
-    const handle = await this.#inDir(dir, () => open(temp, 'wx'))
-    let handleOpen = true
-    let size: number
-    try {
-      if (body instanceof Uint8Array) {
-        size = await writeAll(handle, body, signal)
-      } else {
-        const sink = fileSink(handle)
-        await pipeline(body, sink, signal ? { signal } : {})
-        size = sink.bytesWritten
-      }
-      await handle.sync()
-      handleOpen = false
-      await handle.close()
+    return this.#change([file], async () => {
+      const { signal } = options
       signal?.throwIfAborted()
-      await rename(temp, file)
-    } catch (err) {
-      if (handleOpen) await handle.close().catch(() => {})
-      await unlink(temp).catch(() => {})
-      throw err
-    }
-    await syncDir(dir)
-    return { size }
+      const dir = dirname(file)
+      await this.#prepareDir(dir)
+      const temp = tempPathFor(file)
+      const handle = await this.#inDir(dir, () => open(temp, 'wx'))
+      let handleOpen = true
+      let size: number
+      try {
+        if (body instanceof Uint8Array) {
+          size = await writeAll(handle, body, signal)
+        } else {
+          const sink = fileSink(handle)
+          await pipeline(body, sink, signal ? { signal } : {})
+          size = sink.bytesWritten
+        }
+        await handle.sync()
+        handleOpen = false
+        await handle.close()
+        signal?.throwIfAborted()
+        await rename(temp, file)
+      } catch (err) {
+        if (handleOpen) await handle.close().catch(() => {})
+        await unlink(temp).catch(() => {})
+        throw err
+      }
+      await syncDir(dir)
+      return { size }
+    })
   }
 
   /**
@@ -244,6 +245,19 @@ export class LocalStore implements Store {
     if (open.users === 0) fsClose(open.fd, () => {})
   }
 
+  /**
+   * Runs a change to `files`: their kept descriptors go before it and once more after it, so a read
+   * that opened the old file meanwhile keeps nothing.
+   */
+  async #change<T>(files: string[], run: () => Promise<T>): Promise<T> {
+    this.#changing(...files)
+    try {
+      return await run()
+    } finally {
+      this.#changing(...files)
+    }
+  }
+
   /** A change to these paths: their kept descriptors go, and reads opening now keep nothing. */
   #changing(...files: string[]): void {
     this.#changes++
@@ -268,59 +282,62 @@ export class LocalStore implements Store {
   async move(from: string, to: string): Promise<void> {
     const source = this.#pathOf(from)
     const target = this.#pathOf(to)
-    this.#changing(source, target)
-    await this.#checkSource(source, from)
-    if (source === target) return
-    const dir = dirname(target)
-    await this.#prepareDir(dir)
-    try {
-      await this.#inDir(dir, () => rename(source, target), source, from)
-      // The rename changed two directories: both entries must reach the disk before the move counts.
-      await syncDir(dir)
-    } catch (err) {
-      if (errnoOf(err) !== 'EXDEV') throw err
-      await this.#copyInto(source, target, from)
-      await unlink(source).catch((e: unknown) => {
-        if (!isMissing(e)) throw e
-      })
-    }
-    if (dirname(source) !== dir) await syncDir(dirname(source))
-    await this.#prune(dirname(source))
+    return this.#change([source, target], async () => {
+      await this.#checkSource(source, from)
+      if (source === target) return
+      const dir = dirname(target)
+      await this.#prepareDir(dir)
+      try {
+        await this.#inDir(dir, () => rename(source, target), source, from)
+        // The rename changed two directories: both entries must reach the disk before the move counts.
+        await syncDir(dir)
+      } catch (err) {
+        if (errnoOf(err) !== 'EXDEV') throw err
+        await this.#copyInto(source, target, from)
+        await unlink(source).catch((e: unknown) => {
+          if (!isMissing(e)) throw e
+        })
+      }
+      if (dirname(source) !== dir) await syncDir(dirname(source))
+      await this.#prune(dirname(source))
+    })
   }
 
   async copy(from: string, to: string): Promise<void> {
     const source = this.#pathOf(from)
     const target = this.#pathOf(to)
-    this.#changing(target)
-    await this.#checkSource(source, from)
-    if (source === target) return
-    await this.#prepareDir(dirname(target))
-    await this.#copyInto(source, target, from)
+    return this.#change([target], async () => {
+      await this.#checkSource(source, from)
+      if (source === target) return
+      await this.#prepareDir(dirname(target))
+      await this.#copyInto(source, target, from)
+    })
   }
 
   async delete(key: string): Promise<void> {
     const file = this.#pathOf(key)
-    this.#changing(file)
-    const dir = dirname(file)
-    try {
-      this.#assertInside(await realpath(dir), await this.#getRealBase(), key)
-    } catch (err) {
-      if (isMissing(err)) return
-      throw err
-    }
-    try {
-      await unlink(file)
-    } catch (err) {
-      if (isMissing(err)) return
-      // EISDIR (Linux) or EPERM (macOS): a directory at the key is no object, so nothing to delete.
-      const isDir = await lstat(file).then(
-        (s) => s.isDirectory(),
-        () => false,
-      )
-      if (isDir) return
-      throw err
-    }
-    await this.#prune(dir)
+    return this.#change([file], async () => {
+      const dir = dirname(file)
+      try {
+        this.#assertInside(await realpath(dir), await this.#getRealBase(), key)
+      } catch (err) {
+        if (isMissing(err)) return
+        throw err
+      }
+      try {
+        await unlink(file)
+      } catch (err) {
+        if (isMissing(err)) return
+        // EISDIR (Linux) or EPERM (macOS): a directory at the key is no object, so nothing to delete.
+        const isDir = await lstat(file).then(
+          (s) => s.isDirectory(),
+          () => false,
+        )
+        if (isDir) return
+        throw err
+      }
+      await this.#prune(dir)
+    })
   }
 
   async *list(prefix: string): AsyncGenerator<StoreListEntry> {
@@ -665,12 +682,12 @@ export async function renameAcross(from: Store, fromKey: string, to: Store, toKe
   if (!from.localPath || !to.localPath || from.type !== 'local' || to.type !== 'local') return false
   const src = from.localPath(fromKey)
   const dst = to.localPath(toKey)
-  for (const [store, key] of [
-    [from, fromKey],
-    [to, toKey],
-  ] as const) {
-    if (store instanceof LocalStore) store.forgetKey(key)
+  // Before and after the rename, as the stores' own changes do (see LocalStore#change).
+  const forget = () => {
+    if (from instanceof LocalStore) from.forgetKey(fromKey)
+    if (to instanceof LocalStore) to.forgetKey(toKey)
   }
+  forget()
   try {
     await mkdirDurable(dirname(dst))
     await rename(src, dst)
@@ -682,5 +699,7 @@ export async function renameAcross(from: Store, fromKey: string, to: Store, toKe
     if (code === 'ENOENT') throw notFoundError(from.name, fromKey, err)
     if (code === 'EXDEV') return false
     throw err
+  } finally {
+    forget()
   }
 }
