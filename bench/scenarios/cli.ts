@@ -12,11 +12,12 @@ import { writeFileSync } from 'node:fs'
 import { mkdir, mkdtemp, readFile } from 'node:fs/promises'
 import { createRequire } from 'node:module'
 import { join } from 'node:path'
-import { PutObjectCommand, S3Client } from '@aws-sdk/client-s3'
+import { PutObjectCommand } from '@aws-sdk/client-s3'
 import { openDataDir, seedFiles } from '../../packages/attach-storage/src/cli/test-seed.js'
 import { LocalStore } from '../../packages/attach-storage/src/stores/local-store.js'
 import { NODE_TS, ROOT, rss, startServer } from '../lib/proc.js'
 import { type Context, fmtMiB, fmtRate, judge, MiB, target } from '../lib/report.js'
+import { s3rverClient, s3rverStore } from '../lib/s3rver.js'
 
 const BIN = join(ROOT, 'packages/attach-storage/bin/attach-storage.js')
 const CONCURRENCY = 8
@@ -92,14 +93,7 @@ export async function copyStoreBench(ctx: Context): Promise<void> {
     const bytes = keys.length * size
 
     // The baseline: the SDK alone, each file read whole and sent with PutObject, CONCURRENCY at a time.
-    const client = new S3Client({
-      endpoint: s3.base,
-      region: 'us-east-1',
-      forcePathStyle: true,
-      credentials: { accessKeyId: 'S3RVER', secretAccessKey: 'S3RVER' },
-      requestChecksumCalculation: 'WHEN_REQUIRED',
-      responseChecksumValidation: 'WHEN_REQUIRED',
-    })
+    const client = s3rverClient(s3.base)
     let next = 0
     const t0 = performance.now()
     await Promise.all(
@@ -126,15 +120,7 @@ export async function copyStoreBench(ctx: Context): Promise<void> {
         attach: {
           stores: {
             local: { type: 'local' },
-            s3: {
-              type: 's3',
-              bucket: 'bench',
-              region: 'us-east-1',
-              endpoint: s3.base,
-              'force-path-style': true,
-              'access-key': 'S3RVER',
-              'secret-key': 'S3RVER',
-            },
+            s3: s3rverStore(s3.base),
           },
         },
       }),

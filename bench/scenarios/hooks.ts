@@ -10,6 +10,7 @@ import { bigFile, paddedJpeg } from '../lib/files.js'
 import { median, mibps, request, uploadMultipart } from '../lib/http.js'
 import { PeakMemory, ROOT, startServer, type Server } from '../lib/proc.js'
 import { startReference } from '../lib/reference.js'
+import { s3rverStore } from '../lib/s3rver.js'
 import { fmtCpuPerGiB, fmtCpuPerReq, fmtRate, fmtRps, judge, MiB, target, type Context } from '../lib/report.js'
 import { ensureWrk, wrkEach } from '../lib/wrk.js'
 import { SMALL, wrkTimes } from './small-views.js'
@@ -169,15 +170,7 @@ export async function s3Bench(ctx: Context): Promise<void> {
       JSON.stringify({
         attach: {
           stores: {
-            cloud: {
-              type: 's3',
-              bucket: 'bench',
-              region: 'us-east-1',
-              endpoint: s3.base,
-              'force-path-style': true,
-              'access-key': 'S3RVER',
-              'secret-key': 'S3RVER',
-            },
+            cloud: s3rverStore(s3.base),
           },
           'default-store': 'cloud',
           'tmp-store': 'cloud',

@@ -10,8 +10,9 @@
 import http from 'node:http'
 import type { AddressInfo } from 'node:net'
 import type { Readable } from 'node:stream'
-import { GetObjectCommand, S3Client } from '@aws-sdk/client-s3'
+import { GetObjectCommand } from '@aws-sdk/client-s3'
 import { Upload } from '@aws-sdk/lib-storage'
+import { s3rverClient } from '../lib/s3rver.js'
 
 const [mode, arg] = process.argv.slice(2)
 
@@ -34,14 +35,7 @@ if (mode === 's3rver') {
   process.on('SIGTERM', stop)
   process.on('SIGINT', stop)
 } else if (mode === 'sdk') {
-  const client = new S3Client({
-    endpoint: arg,
-    region: 'us-east-1',
-    forcePathStyle: true,
-    credentials: { accessKeyId: 'S3RVER', secretAccessKey: 'S3RVER' },
-    requestChecksumCalculation: 'WHEN_REQUIRED',
-    responseChecksumValidation: 'WHEN_REQUIRED',
-  })
+  const client = s3rverClient(arg!)
   let seq = 0
   listen(
     http.createServer(async (req, res) => {
