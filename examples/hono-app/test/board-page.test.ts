@@ -7,22 +7,13 @@
 import { mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { type BrowserContext, chromium, type Page } from 'playwright-core'
+import type { BrowserContext, Page } from 'playwright-core'
 import sharp from 'sharp'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { DEV_SECRET } from '@attach-storage/example-reference'
-import { sign, start, type Running } from './helpers.js'
+import { launchChromium, sign, start, type Running } from './helpers.js'
 
 const ARTIFACTS = join(import.meta.dirname, '..', 'test-artifacts', 'board-page')
-const CHROMIUM_FLAGS = [
-  '--no-sandbox',
-  '--disable-gpu',
-  '--disable-quic',
-  '--no-first-run',
-  '--disable-background-networking',
-  '--disable-component-update',
-  '--disable-sync',
-]
 
 let srv: Running
 let shot = 0
@@ -32,13 +23,7 @@ const profiles: string[] = []
 async function openBrowser(): Promise<BrowserContext> {
   const profile = mkdtempSync(join(tmpdir(), 'attach-chromium-'))
   profiles.push(profile)
-  return chromium.launchPersistentContext(profile, {
-    executablePath: '/usr/bin/chromium',
-    headless: true,
-    args: CHROMIUM_FLAGS,
-    viewport: { width: 1000, height: 900 },
-    acceptDownloads: true,
-  })
+  return launchChromium(profile, { viewport: { width: 1000, height: 900 }, acceptDownloads: true })
 }
 
 const png = (r: number, g: number, b: number, width = 320, height = 200) =>

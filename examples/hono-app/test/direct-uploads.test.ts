@@ -11,12 +11,12 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { PutBucketCorsCommand, S3Client } from '@aws-sdk/client-s3'
 import { BlobServiceClient } from '@azure/storage-blob'
-import { type BrowserContext, chromium } from 'playwright-core'
+import type { BrowserContext } from 'playwright-core'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { startS3rver } from '../../../packages/store-s3/src/test-server.js'
 import { connectionString, startAzurite } from '../../../packages/store-azure/src/test-azurite.js'
 import { withPresignStore } from '@attach-storage/example-reference'
-import { sign, start, type Running } from './helpers.js'
+import { launchChromium, sign, start, type Running } from './helpers.js'
 
 /** What a cloud needs for the test: the store's settings, and a way to allow the page's origin. */
 interface Cloud {
@@ -79,17 +79,6 @@ const CLOUDS: Record<string, () => Promise<Cloud>> = {
   },
 }
 
-const CHROMIUM_FLAGS = [
-  '--headless',
-  '--no-sandbox',
-  '--disable-gpu',
-  '--disable-quic',
-  '--no-first-run',
-  '--disable-background-networking',
-  '--disable-component-update',
-  '--disable-sync',
-]
-
 /** A 1×1 PNG, with some bytes after it. */
 const PNG_BASE64 = 'iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=='
 
@@ -108,11 +97,7 @@ for (const [type, startCloud] of Object.entries(CLOUDS)) {
       await writeFile(config, JSON.stringify({ attach: { stores: { cloud: cloud.settings }, 'default-store': 'cloud' } }))
       srv = await start({ ATTACH_CONFIG: config })
       await cloud.allowOrigin(srv.base)
-      browser = await chromium.launchPersistentContext(join(cfgDir, 'profile'), {
-        executablePath: '/usr/bin/chromium',
-        headless: true,
-        args: CHROMIUM_FLAGS,
-      })
+      browser = await launchChromium(join(cfgDir, 'profile'))
     }, 60_000)
     afterAll(async () => {
       await browser?.close()

@@ -5,6 +5,7 @@ import type { AddressInfo } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { serve, type ServerType } from '@hono/node-server'
+import { chromium } from 'playwright-core'
 import { SignJWT } from 'jose'
 import { openTestDatabase } from '../../../test/databases.js'
 import { createReferenceApp, type ReferenceApp } from '../src/app.js'
@@ -62,4 +63,23 @@ export async function pgDatabase(): Promise<{ url: string; drop(): Promise<void>
   const t = await openTestDatabase('postgres')
   await t.db.destroy() // the server under test opens its own connections
   return { url: t.location, drop: () => t.cleanup() }
+}
+
+/** Debian's Chromium, headless, for the browser tests (playwright-core drives it; nothing is downloaded). */
+export function launchChromium(profile: string, options: { viewport?: { width: number; height: number }; acceptDownloads?: boolean } = {}) {
+  return chromium.launchPersistentContext(profile, {
+    executablePath: '/usr/bin/chromium',
+    headless: true,
+    args: [
+      '--headless',
+      '--no-sandbox',
+      '--disable-gpu',
+      '--disable-quic',
+      '--no-first-run',
+      '--disable-background-networking',
+      '--disable-component-update',
+      '--disable-sync',
+    ],
+    ...options,
+  })
 }

@@ -6,21 +6,10 @@
 import { mkdir, mkdtemp, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
-import { type BrowserContext, chromium } from 'playwright-core'
+import type { BrowserContext } from 'playwright-core'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { answerChecker, redoclyProblems } from '../../../packages/attach-storage/src/http/openapi-check.js'
-import { type Running, sign, start } from './helpers.js'
-
-const CHROMIUM_FLAGS = [
-  '--headless',
-  '--no-sandbox',
-  '--disable-gpu',
-  '--disable-quic',
-  '--no-first-run',
-  '--disable-background-networking',
-  '--disable-component-update',
-  '--disable-sync',
-]
+import { launchChromium, type Running, sign, start } from './helpers.js'
 
 /** Where the page's screenshot goes (not committed). */
 const ARTIFACTS = resolve(import.meta.dirname, '../../../test-artifacts')
@@ -79,11 +68,7 @@ describe('GET /api/storage/openapi.json and /api/storage/docs', () => {
     let profile: string
     beforeAll(async () => {
       profile = await mkdtemp(join(tmpdir(), 'attach-docs-chromium-'))
-      browser = await chromium.launchPersistentContext(profile, {
-        executablePath: '/usr/bin/chromium',
-        headless: true,
-        args: CHROMIUM_FLAGS,
-      })
+      browser = await launchChromium(profile)
     }, 60_000)
     afterAll(async () => {
       await browser?.close()

@@ -11,9 +11,9 @@ import { tmpdir } from 'node:os'
 import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { build } from 'esbuild'
-import { type BrowserContext, chromium } from 'playwright-core'
+import type { BrowserContext } from 'playwright-core'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { type Running, sign, start } from './helpers.js'
+import { launchChromium, type Running, sign, start } from './helpers.js'
 
 const here = dirname(fileURLToPath(import.meta.url))
 
@@ -89,20 +89,7 @@ describe('Uppy with @uppy/tus in Chromium', () => {
     pageOrigin = `http://127.0.0.1:${(page.address() as AddressInfo).port}`
     srv = await start({ ATTACH_CORS_ORIGINS: pageOrigin })
     profile = await mkdtemp(join(tmpdir(), 'attach-chromium-'))
-    browser = await chromium.launchPersistentContext(profile, {
-      executablePath: '/usr/bin/chromium',
-      headless: true,
-      args: [
-        '--headless',
-        '--no-sandbox',
-        '--disable-gpu',
-        '--disable-quic',
-        '--no-first-run',
-        '--disable-background-networking',
-        '--disable-component-update',
-        '--disable-sync',
-      ],
-    })
+    browser = await launchChromium(profile)
   }, 60_000)
 
   afterAll(async () => {
