@@ -34,15 +34,7 @@ afterAll(async () => {
 /** The remote stores in the configuration file's kebab-case keys, and camelCase for a direct look. */
 const remotes = () => ({
   s3: {
-    file: {
-      type: 's3',
-      bucket: s3.bucket,
-      region: 'us-east-1',
-      endpoint: s3.endpoint,
-      'force-path-style': true,
-      'access-key': 'S3RVER',
-      'secret-key': 'S3RVER',
-    },
+    file: s3.fileSettings(),
     open: (prefix: string): Promise<Store> =>
       Promise.resolve(
         s3Store('s3', {

@@ -35,15 +35,7 @@ const CLOUDS: Record<string, () => Promise<Cloud>> = {
       credentials: { accessKeyId: 'S3RVER', secretAccessKey: 'S3RVER' },
     })
     return {
-      settings: {
-        type: 's3',
-        bucket: s3.bucket,
-        region: 'us-east-1',
-        endpoint: s3.endpoint,
-        'force-path-style': true,
-        'access-key': 'S3RVER',
-        'secret-key': 'S3RVER',
-      },
+      settings: s3.fileSettings(),
       // The rule docs/direct-uploads.md gives for a bucket.
       allowOrigin: async (origin) => {
         await client.send(

@@ -70,13 +70,7 @@ describe('GET /healthz and /readyz of the reference server', () => {
         attach: {
           stores: {
             cloud: {
-              type: 's3',
-              bucket: s3.bucket,
-              region: 'us-east-1',
-              endpoint: `http://127.0.0.1:${s3Relay.port()}`,
-              'force-path-style': true,
-              'access-key': 'S3RVER',
-              'secret-key': 'S3RVER',
+              ...s3.fileSettings(`http://127.0.0.1:${s3Relay.port()}`),
               'max-attempts': 1,
               'connect-timeout': '500ms',
             },

@@ -38,15 +38,7 @@ describe('two instances on one PostgreSQL database and one S3 store', () => {
       JSON.stringify({
         attach: {
           stores: {
-            shared: {
-              type: 's3',
-              bucket: s3.bucket,
-              region: 'us-east-1',
-              endpoint: s3.endpoint,
-              'force-path-style': true,
-              'access-key': 'S3RVER',
-              'secret-key': 'S3RVER',
-            },
+            shared: s3.fileSettings(),
           },
           'default-store': 'shared',
           'tmp-store': 'shared',

@@ -128,15 +128,7 @@ const CLOUDS: Record<string, () => Promise<{ settings: Record<string, unknown>; 
   async s3() {
     const s3 = await startS3rver('attach-tus')
     return {
-      settings: {
-        type: 's3',
-        bucket: s3.bucket,
-        region: 'us-east-1',
-        endpoint: s3.endpoint,
-        'force-path-style': true,
-        'access-key': 'S3RVER',
-        'secret-key': 'S3RVER',
-      },
+      settings: s3.fileSettings(),
       stop: () => s3.close(),
     }
   },

@@ -31,15 +31,7 @@ interface RemoteStore {
 const REMOTES: Record<string, () => Promise<RemoteStore>> = {
   async s3() {
     const s3 = await startS3rver('attach-ref')
-    const settings = {
-      type: 's3',
-      bucket: s3.bucket,
-      region: 'us-east-1',
-      endpoint: s3.endpoint,
-      'force-path-style': true,
-      'access-key': 'S3RVER',
-      'secret-key': 'S3RVER',
-    }
+    const settings = s3.fileSettings()
     const camel = {
       type: 's3',
       bucket: s3.bucket,

@@ -49,6 +49,11 @@ export interface TestS3Server {
   server: S3rver
   /** Settings of an S3 store on this server (camelCase, with credentials). */
   settings: Record<string, unknown>
+  /**
+   * The same settings as a configuration file writes them (kebab-case keys), optionally reached
+   * through another address (a relay or proxy in front of this server).
+   */
+  fileSettings(endpoint?: string): Record<string, unknown>
   /** The file s3rver keeps an object's bytes in. */
   objectFile(objectKey: string): string
   /** In-progress multipart uploads, read from s3rver's directory. */
@@ -163,6 +168,15 @@ export async function startS3rver(bucket = 'attach-test', options: { verifyPresi
       accessKey: S3RVER_ACCESS_KEY,
       secretKey: S3RVER_SECRET_KEY,
     },
+    fileSettings: (through = endpoint) => ({
+      type: 's3',
+      bucket,
+      region: 'us-east-1',
+      endpoint: through,
+      'force-path-style': true,
+      'access-key': S3RVER_ACCESS_KEY,
+      'secret-key': S3RVER_SECRET_KEY,
+    }),
     objectFile: (objectKey) => server.store.getResourcePath(bucket, objectKey, 'object'),
     pendingUploads: () => pendingUploads(),
     kill: stopListening,
