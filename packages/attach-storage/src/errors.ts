@@ -24,8 +24,10 @@ export type HostFilterCode = string & { readonly [hostFilterCode]: true }
  * - `size-not-allowed` (400): a resized view of a size the category's `sizes` does not list.
  * - `unknown-variant` (400): `?variant=` names no named variant of the category (or comes with `w`, `h` or `format`).
  * - `bad-key` (400): a storage key that the key normalizer refuses.
+ * - `too-many-entries` (400): a confirmed save or `attachContainer` with more than `save.maxEntries` entries.
  * - `unauthorized` (401), `forbidden` (403), `not-found` (404), `conflict` (409), `too-large` (413),
  *   `range-not-satisfiable` (416).
+ * - `quota-exceeded` (413): the user's pending uploads would pass `upload.userQuota`.
  * - `method-not-allowed` (405), `not-acceptable` (406), `request-timeout` (408), `length-required`
  *   (411), `unsupported-media-type` (415), `headers-too-large` (431): a web framework's or Node's own
  *   refusal, as `attach-storage/node` reports it.
@@ -61,12 +63,14 @@ export type AttachErrorCode =
   | 'not-found'
   | 'not-ready'
   | 'presign-unsupported'
+  | 'quota-exceeded'
   | 'range-not-satisfiable'
   | 'request-timeout'
   | 'saved-already'
   | 'size-not-allowed'
   | 'store-failure'
   | 'too-large'
+  | 'too-many-entries'
   | 'unauthorized'
   | 'unknown-category'
   | 'unknown-domain'

@@ -259,6 +259,32 @@ export const AttachConfigSchema = v.object({
         ),
         '64KB',
       ),
+      /**
+       * Most bytes one user may hold pending (bytes, or `"2GB"`): temporary files not yet committed, unfinished
+       * tus uploads (their `Upload-Length`) and presigned uploads not yet committed. Past it an upload, tus
+       * creation or presign answers 413 `quota-exceeded`; a commit, termination, expiry or deletion frees it.
+       * `0` turns the quota off. @default '2GB'
+       */
+      userQuota: v.optional(
+        v.pipe(
+          sizeValue,
+          v.transform((x) => parseSize(x)),
+          v.number('must be a size'),
+          v.minValue(0),
+        ),
+        '2GB',
+      ),
+    }),
+    {},
+  ),
+  /** The confirmed save and `commitAttachContainer()`. */
+  save: v.optional(
+    v.object({
+      /**
+       * Most entries one save may hold in all (new files, reuses, re-sorts and `_deleted` together); more
+       * answers 400 `too-many-entries` before anything is read or changed. @default 1000
+       */
+      maxEntries: v.optional(v.pipe(v.number(), v.integer(), v.minValue(1), v.maxValue(100_000)), 1000),
     }),
     {},
   ),
@@ -298,6 +324,21 @@ export const AttachConfigSchema = v.object({
       concurrency: v.optional(v.pipe(v.number(), v.integer(), v.minValue(1)), 2),
       /** Most resizes waiting for a slot; beyond it a view answers 503 with `Retry-After`. @default 16 */
       queue: v.optional(v.pipe(v.number(), v.integer(), v.minValue(0)), 16),
+      /**
+       * How long a size made on the fly but not stored (past `maxVariants`) is kept in memory, so a repeated
+       * request does not run the resizer again (`"10m"`, or seconds). @default '10m'
+       */
+      memoryTtl: duration('10m', '10m'),
+      /** Most bytes the in-memory variants of `memoryTtl` may hold in all (bytes, or `"64MB"`). @default '64MB' */
+      memoryBytes: v.optional(
+        v.pipe(
+          sizeValue,
+          v.transform((x) => parseSize(x)),
+          v.number('must be a size'),
+          v.minValue(0),
+        ),
+        '64MB',
+      ),
     }),
     {},
   ),
@@ -335,6 +376,16 @@ export const AttachConfigSchema = v.object({
        * `Retry-After`. Each reads up to `maxFiles` files and deflates them. @default 4
        */
       concurrency: v.optional(v.pipe(v.number(), v.integer(), v.minValue(1)), 4),
+      /** Most input bytes (the files' sizes added up) one ZIP may hold; more answers 413. @default '4GB' */
+      maxBytes: v.optional(
+        v.pipe(
+          sizeValue,
+          v.transform((x) => parseSize(x)),
+          v.number('must be a size'),
+          v.minValue(1),
+        ),
+        '4GB',
+      ),
     }),
     {},
   ),
