@@ -519,16 +519,17 @@ export class AttachRepository {
 
   /**
    * Blobs at `ref_count` 0 not touched since `olderThan` (ISO-8601 UTC): pending blobs never attached,
-   * and orphans whose file deletion failed. Oldest first.
+   * and orphans whose file deletion failed. By id above `afterId`, so a walk moves past rows it could not
+   * remove instead of being handed them again.
    */
-  async listDeadBlobs(olderThan: string, limit: number): Promise<BlobRecord[]> {
+  async listDeadBlobs(olderThan: string, limit: number, afterId = 0): Promise<BlobRecord[]> {
     if (!Number.isSafeInteger(limit) || limit <= 0) return []
     const rows = await this.#db
       .selectFrom(BLOB_TABLE)
       .selectAll()
+      .where('id', '>', afterId)
       .where('ref_count', '<=', 0)
       .where('updated_dt', '<', olderThan)
-      .orderBy('updated_dt')
       .orderBy('id')
       .limit(limit)
       .execute()
