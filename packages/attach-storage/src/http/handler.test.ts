@@ -705,7 +705,9 @@ for (const dialect of DIALECTS) {
         ])
         const name = (await t.json()).files[0].name
         expect((await get(`/attach-temp/view/demo/private/${name}`)).status).toBe(403)
-        const ok = await get(`/attach-temp/view/demo/private/${name}?access_token=${await token('123')}`)
+        // A guarded temporary file is its uploader's (user 7) only.
+        expect((await get(`/attach-temp/view/demo/private/${name}?access_token=${await token('123')}`)).status).toBe(403)
+        const ok = await get(`/attach-temp/view/demo/private/${name}?access_token=${await token('7')}`)
         expect(ok.status).toBe(200)
         expect(await ok.text()).toBe('tmp secret')
         // The same file through a lax category is not found.

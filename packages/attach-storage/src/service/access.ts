@@ -3,7 +3,8 @@ import { forbidden } from '../errors.js'
 import type { AttachmentRecord } from '../model.js'
 import type { RegisteredCategory, RegisteredDomain } from '../registry/registry.js'
 import type { ServiceContext } from './context.js'
-import type { AccessContext, FileDescription } from './types.js'
+import { bearerToken } from './auth.js'
+import type { AccessContext, Authenticate, AuthUser, FileDescription } from './types.js'
 
 /** True when two user ids name the same user (compared as text; null and undefined name nobody). */
 export const sameUser = (a: unknown, b: unknown) =>
@@ -84,6 +85,42 @@ export async function checkAccess(
   }
 }
 
+/**
+ * The read rule of a temporary file: its category's secure-access function (shown the spec's synthetic
+ * description); in a guarded category only its uploader, the caller's user (`access.user`, which the
+ * binary group's temporary view takes from the request's Bearer token) being the one who uploaded it.
+ * An upload without a user is readable in a guarded category by no one.
+ */
+export async function mayReadTemporary(
+  ctx: ServiceContext,
+  access: AccessContext,
+  category: RegisteredCategory,
+  file: { refDomain: string; refCategory: string; name: string; createdBy: string | number | null },
+): Promise<boolean> {
+  if (category.secureAccess && !(access.user !== null && sameUser(file.createdBy, access.user.id))) return false
+  return checkAccess(ctx, access, category, syntheticDescription(file.refDomain, file.refCategory, file.name))
+}
+
+/**
+ * Who sends a request of the binary group, for the checks that need a user there (a guarded temporary
+ * file): the host's authenticator shown the request's Bearer token, or its `access_token` query
+ * parameter (an `<img src>` carries no header). Null when there is neither, or the authenticator refuses.
+ */
+export async function callerOf(authenticate: Authenticate | undefined, request: Request): Promise<AuthUser | null> {
+  if (!authenticate) return null
+  let shown = request
+  if (bearerToken(request) === undefined) {
+    const t = new URL(request.url).searchParams.get('access_token')
+    if (!t) return null
+    shown = new Request(request.url, { method: 'GET', headers: { authorization: `Bearer ${t}` } })
+  }
+  try {
+    return (await authenticate(shown)) ?? null
+  } catch {
+    return null
+  }
+}
+
 /** The read rule: the category's secure-access function when it has one, else any caller. */
 export async function mayRead(ctx: ServiceContext, access: AccessContext, r: AttachmentRecord): Promise<boolean> {
   const category = ctx.registry.domain(r.refDomain).categories.get(r.refCategory)
@@ -94,12 +131,18 @@ export async function mayRead(ctx: ServiceContext, access: AccessContext, r: Att
 
 /**
  * The one rule for changing a record, on every path (PUT, POST delete, a confirmed save's `_deleted`
- * and re-sort entries): the category's secure-access function when it has one, else its creator.
+ * and re-sort entries, `commitAttachContainer()`): its creator. In a guarded category reading is not
+ * changing: the caller must be allowed to read the record (the secure-access function) and be its
+ * creator or be granted the change by the domain's `mayChange` hook for the record's `refKey`; the
+ * secure-access function alone never grants a change.
  */
 export async function mayChange(ctx: ServiceContext, access: AccessContext, r: AttachmentRecord): Promise<boolean> {
-  const category = ctx.registry.domain(r.refDomain).categories.get(r.refCategory)
-  if (category?.secureAccess) return checkAccess(ctx, access, category, describeRecord(r))
-  return access.user !== null && sameUser(r.createdBy, access.user.id)
+  const domain = ctx.registry.domain(r.refDomain)
+  const category = domain.categories.get(r.refCategory)
+  const creator = access.user !== null && sameUser(r.createdBy, access.user.id)
+  if (!category?.secureAccess) return creator
+  if (!(await checkAccess(ctx, access, category, describeRecord(r)))) return false
+  return creator || (domain.mayChange !== undefined && (await mayChangeEntity(ctx, domain, r.refKey, access)))
 }
 
 /** The live records of `ids`, each of which the caller may change (else 403 `forbidden`, nothing read further). */

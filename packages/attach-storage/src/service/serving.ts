@@ -3,7 +3,7 @@ import { forbidden, notFound } from '../errors.js'
 import { checkAllowedSize, isResizable, type ResizeRequest, variantKey } from '../media/resize.js'
 import { sniffType } from '../media/sniff.js'
 import type { AttachmentRecord } from '../model.js'
-import { checkAccess, describeRecord, signedFor, syntheticDescription } from './access.js'
+import { checkAccess, describeRecord, mayReadTemporary, signedFor, syntheticDescription } from './access.js'
 import type { ServiceContext } from './context.js'
 import { checkRefKey, parseDirectPath, SAVED_NAME, storeKey } from './layout.js'
 import { applyFilters } from './records.js'
@@ -143,7 +143,7 @@ export async function resolveTemporary(
   if (!SAVED_NAME.test(savedName)) throw notFound('No such temporary file')
   const meta = await readTmpMeta(ctx, savedName)
   if (!meta || meta.refDomain !== refDomain || meta.refCategory !== refCategory) throw notFound('No such temporary file')
-  if (!(await checkAccess(ctx, access, category, syntheticDescription(refDomain, refCategory, savedName)))) throw forbidden()
+  if (!(await mayReadTemporary(ctx, access, category, meta))) throw forbidden()
   const stat = await ctx.stores.tmpStore.stat(tmpKey(savedName))
   return {
     store: ctx.stores.tmpStore,

@@ -4,6 +4,12 @@ import type { ViewSignature } from './types.js'
 /** Query parameters of a signed view URL. */
 export const SIGNATURE_PARAMS = { expires: 'exp', signature: 'sig' } as const
 
+/**
+ * How far past `signing.ttl` an expiry may lie and still be taken, in seconds: the minute {@link
+ * UrlSigner.query} rounds up to, plus a minute of clock skew between instances that sign and check.
+ */
+export const SIGNATURE_SLACK_SECONDS = 120
+
 /** The `exp` and `sig` of a view's query (first values), when both are there; unchecked. */
 export function signatureIn(params: URLSearchParams): ViewSignature | undefined {
   const expires = params.get(SIGNATURE_PARAMS.expires)
@@ -43,12 +49,17 @@ export class UrlSigner {
     return `${SIGNATURE_PARAMS.expires}=${expires}&${SIGNATURE_PARAMS.signature}=${this.#mac(id, expires).toString('base64url')}`
   }
 
-  /** True when `given` is an unexpired signature for record `id`. */
+  /**
+   * True when `given` is an unexpired signature for record `id` whose expiry lies at most `signing.ttl`
+   * (plus {@link SIGNATURE_SLACK_SECONDS}) ahead: a URL signed with a far expiry (a leaked secret, a
+   * longer ttl configured before) is refused.
+   */
   verify(id: number, given: ViewSignature): boolean {
     const { expires: exp, signature: sig } = given
     if (!exp || !sig || !/^\d{1,12}$/.test(exp) || !/^[A-Za-z0-9_-]{43}$/.test(sig)) return false
     const expires = Number(exp)
-    if (expires * 1000 < this.#now().getTime()) return false
+    const now = this.#now().getTime()
+    if (expires * 1000 < now || expires * 1000 > now + (this.#ttlSeconds + SIGNATURE_SLACK_SECONDS) * 1000) return false
     const mac = Buffer.from(sig, 'base64url')
     const wanted = this.#mac(id, expires)
     return mac.length === wanted.length && timingSafeEqual(mac, wanted)

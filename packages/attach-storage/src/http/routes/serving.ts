@@ -2,6 +2,7 @@
 import * as v from 'valibot'
 import { badRequest } from '../../errors.js'
 import type { ResizeRequest } from '../../media/resize.js'
+import { callerOf } from '../../service/access.js'
 import * as serving from '../../service/serving.js'
 import { parseInput } from '../../validation.js'
 import { defineRoute, type Route } from '../router.js'
@@ -71,9 +72,11 @@ export const servingRoutes: Route[] = [
     method: 'GET',
     path: 'attach-temp/:action/:refDomain/:refCategory/:savedName',
     params: v.object({ action: ActionSchema, refDomain: v.string(), refCategory: v.string(), savedName: v.string() }),
-    handle: async ({ params }, { ctx, access, request }) => {
+    handle: async ({ params }, { storage, ctx, access, request }) => {
       const { action, ...file } = params
-      return serveFile(request, await serving.resolveTemporary(ctx, file, access), action)
+      // A guarded temporary file is its uploader's only: who asks, as the request's token says.
+      const user = access.user ?? (await callerOf(storage.authenticate, request))
+      return serveFile(request, await serving.resolveTemporary(ctx, file, { ...access, user }), action)
     },
   }),
   defineRoute({
