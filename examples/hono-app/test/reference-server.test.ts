@@ -233,10 +233,11 @@ for (const dialect of ['sqlite', 'postgres'] as const) {
 
     it('guards the private category with the token in the header or access_token, and the creator', async () => {
       const t = await tmpUpload(new Blob(['private bytes']), 'p.txt', 'demo', 'private')
-      // Temporary preview: a valid token suffices.
+      // Temporary preview: only the uploader's token (header or access_token).
       const tmpUrl = `/assets/storage/attach-temp/view/demo/private/${t.name}`
       expect((await fetch(srv.base + tmpUrl)).status).toBe(403)
-      expect((await fetch(`${srv.base}${tmpUrl}?access_token=${bob}`)).status).toBe(200)
+      expect((await fetch(`${srv.base}${tmpUrl}?access_token=${bob}`)).status).toBe(403)
+      expect((await fetch(`${srv.base}${tmpUrl}?access_token=${alice}`)).status).toBe(200)
       const saved = await api('/api/storage/attach/demo/77', { method: 'POST', body: JSON.stringify({ private: [{ savedName: t.name }] }) })
       const rec = (await saved.json()).attachList[0]
       const url = `${srv.base}/assets/storage/attach/view/${rec.id}`
