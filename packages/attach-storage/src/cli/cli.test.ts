@@ -2,19 +2,8 @@
 import { existsSync, mkdtempSync, readFileSync, rmSync, truncateSync, unlinkSync, utimesSync, writeFileSync, mkdirSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { dirname, join } from 'node:path'
-import { Writable } from 'node:stream'
 import { afterEach, beforeEach, describe, expect, it } from 'vitest'
-import { main } from './main.js'
-import type { CliIo } from './runtime.js'
-import { archiveConfig, seedDataDir } from './test-kit.js'
-
-class Sink extends Writable {
-  text = ''
-  override _write(chunk: Buffer, _e: BufferEncoding, cb: () => void) {
-    this.text += chunk.toString()
-    cb()
-  }
-}
+import { archiveConfig, runCli, seedDataDir } from './test-kit.js'
 
 let dataDir: string
 beforeEach(() => {
@@ -22,13 +11,7 @@ beforeEach(() => {
 })
 afterEach(() => rmSync(dataDir, { recursive: true, force: true }))
 
-async function run(args: string[], env: Record<string, string> = {}) {
-  const stdout = new Sink()
-  const stderr = new Sink()
-  const io: CliIo = { stdout, stderr, env: { ATTACH_DATA_DIR: dataDir, ...env }, cwd: dataDir, signal: new AbortController().signal }
-  const code = await main(args, io)
-  return { code, stdout: stdout.text, stderr: stderr.text, json: () => JSON.parse(stdout.text) }
-}
+const run = (args: string[], env: Record<string, string> = {}) => runCli(dataDir, args, env)
 
 const seed = (count: number, size?: number, domain?: string) => seedDataDir(dataDir, { count, size, domain })
 
@@ -40,7 +23,7 @@ describe('attach-storage migrate', () => {
     expect(dry.stdout).toContain('-- migration 0002_blob_tmp_name')
     expect((await run(['migrate', '--dry-run'])).stdout).toContain('create table "attach_file"')
     const first = await run(['migrate', '--json'])
-    expect(first.json().applied).toEqual(['0001_attach_tables', '0002_blob_tmp_name', '0003_variant_table'])
+    expect(first.json().applied).toEqual(['0001_attach_tables', '0002_blob_tmp_name', '0003_variant_table', '0004_pending_table'])
     const again = await run(['migrate'])
     expect(again.stdout).toContain('up to date')
     expect((await run(['migrate', '--dry-run'])).stdout).toContain('up to date')

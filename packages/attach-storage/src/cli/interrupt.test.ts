@@ -72,10 +72,11 @@ async function until(run: Run, ready: () => boolean, what: string): Promise<void
 
 const STOPPING = 'attach-storage: stopping after the files in flight'
 
-/** The journal's entries; every line must be whole JSON, the last one ended by its newline. */
+/** The journal's entries after its header; every line must be whole JSON, the last one ended by its newline. */
 function journalEntries(path: string): Array<{ id: number; key: string }> {
   const lines = readFileSync(path, 'utf8').split('\n')
   expect(lines.pop()).toBe('')
+  expect(JSON.parse(lines.shift()!)).toEqual({ journal: 'attach-storage copy-store', domain: 'demo', to: 'archive' })
   return lines.map((line) => JSON.parse(line))
 }
 
@@ -100,7 +101,7 @@ describe('Ctrl-C on copy-store', () => {
     const archive = join(dataDir, 'archive')
 
     const first = start(args, dataDir)
-    await until(first, () => existsSync(journal) && statSync(journal).size > 0, 'a verified copy in the journal')
+    await until(first, () => existsSync(journal) && readFileSync(journal, 'utf8').split('\n').length > 2, 'a verified copy in the journal')
     first.child.kill('SIGINT')
     expect(await first.exited).toBe(130)
     expect(first.stderr).toContain(STOPPING)

@@ -9,6 +9,7 @@ import { AttachStorageError } from '../errors.js'
 import type { BlobRecord } from '../model.js'
 import type { ServiceContext } from '../service/context.js'
 import { storeKey } from '../service/layout.js'
+import { escapeControls } from './escape.js'
 import { startProgress } from './progress.js'
 import { type CliIo, distinctStores, EXIT, forEachConcurrent, type GlobalOptions, openService, report } from './runtime.js'
 import { batches, isFileKey, liveBlobs, placeOf } from './walk.js'
@@ -33,11 +34,14 @@ export interface VerifyOptions extends GlobalOptions {
   orphans?: boolean
 }
 
-/** Reads and hashes one stored file against its blob row; a problem or undefined. */
-export async function checkBlob(ctx: ServiceContext, b: BlobRecord): Promise<VerifyProblem | undefined> {
+/**
+ * Reads and hashes one stored file against its blob row, in the blob's store or in `storeName` (a copy
+ * under the same key); a problem or undefined.
+ */
+export async function checkBlob(ctx: ServiceContext, b: BlobRecord, storeName = b.store): Promise<VerifyProblem | undefined> {
   const key = storeKey(b.savedDir, b.savedName)
-  const base = { store: b.store, key, blobId: b.id }
-  const store = ctx.stores.stores.get(b.store)
+  const base = { store: storeName, key, blobId: b.id }
+  const store = ctx.stores.stores.get(storeName)
   if (!store) return { kind: 'unknown-store', ...base }
   const hash = createHash('sha256')
   let size = 0
@@ -127,7 +131,8 @@ export async function verifyCommand(options: VerifyOptions, io: CliIo): Promise<
     report(io, options, { files, bytes, storeFilesScanned: scanned, seconds, problems, interrupted }, [
       `verified ${files} file(s), ${bytes} bytes; ${scanned} stored file(s) scanned for orphans`,
       ...problems.map(
-        (p) => `${p.kind}\t${p.store}\t${p.key}${p.expected !== undefined ? `\texpected ${p.expected}, found ${p.actual}` : ''}`,
+        (p) =>
+          `${p.kind}\t${escapeControls(p.store)}\t${escapeControls(p.key)}${p.expected !== undefined ? `\texpected ${escapeControls(String(p.expected))}, found ${escapeControls(String(p.actual))}` : ''}`,
       ),
       problems.length
         ? `${problems.length} problem(s)${interrupted ? ' (interrupted: not every file was checked)' : ''}`
