@@ -42,6 +42,9 @@ async function relay(target: { host: string; port: number }) {
   return { port: () => port, up, down }
 }
 
+/** Waits out the readiness answer the server reuses for a second (READINESS_MAX_AGE_MS), so the next /readyz asks again. */
+const fresh = () => new Promise((r) => setTimeout(r, 1100))
+
 const status = async (base: string, path: string) => {
   const res = await fetch(base + path)
   return [res.status, (await res.json()) as Record<string, any>] as const
@@ -99,20 +102,24 @@ describe('GET /healthz and /readyz of the reference server', () => {
 
   it('readyz answers 503 while the S3 store is down and 200 after; healthz stays 200', async () => {
     await s3Relay.down()
+    await fresh()
     const [code, body] = await status(srv.base, '/readyz')
     expect([code, body.status, body.stores.cloud.ok, body.database.ok]).toEqual([503, 'not-ready', false, true])
     expect(body.stores.cloud.error).toBeTruthy()
     expect(JSON.stringify(body)).not.toContain('S3RVER')
     expect((await status(srv.base, '/healthz'))[0]).toBe(200)
     await s3Relay.up()
+    await fresh()
     expect((await status(srv.base, '/readyz'))[0]).toBe(200)
   })
 
   it('readyz answers 503 while the database is down and 200 after', async () => {
     await pgRelay.down()
+    await fresh()
     const [code, body] = await status(srv.base, '/readyz')
     expect([code, body.database.ok, body.stores.cloud.ok]).toEqual([503, false, true])
     await pgRelay.up()
+    await fresh()
     // The pool opens a new connection on the next query.
     let last = 0
     for (let i = 0; i < 20 && last !== 200; i++) {

@@ -41,7 +41,8 @@ describe('health answers', () => {
   })
 
   it('readyz answers 200 while the database and every store answer, 503 naming the store that does not, 200 again after', async () => {
-    const health = createHealthHandlers(kit.storage, { timeoutMs: 300 })
+    // maxAgeMs 0: each answer below is a fresh check (the default reuses one for a second).
+    const health = createHealthHandlers(kit.storage, { timeoutMs: 300, maxAgeMs: 0 })
     const up = await health.readyz()
     const body = await up.json()
     expect([up.status, body.status, body.database.ok]).toEqual([200, 'ready', true])
@@ -65,6 +66,39 @@ describe('health answers', () => {
     mode.now = 'up'
     expect((await health.readyz()).status).toBe(200)
     expect(kit.warnings.some((w) => w.includes('not ready: archive'))).toBe(true)
+  })
+
+  it('readyz shares one check: 50 probes at once ask each store and the database once, and again only after maxAgeMs', async () => {
+    const other = await makeKit('sqlite', { stores: { archive: flakyStore(dir, { now: 'up' }) } })
+    try {
+      const calls: Record<string, number> = {}
+      const count = <T extends object>(name: string, target: T, method: keyof T) => {
+        const original = (target[method] as (...a: unknown[]) => unknown).bind(target)
+        calls[name] = 0
+        Object.assign(target, {
+          [method]: (...a: unknown[]) => {
+            calls[name]!++
+            return original(...a)
+          },
+        })
+      }
+      count('archive', other.storage.store('archive'), 'exists')
+      count('local', other.storage.store('local'), 'exists')
+      count('tmp', other.storage.tmpStore, 'exists')
+      count('database', other.storage.repository, 'ping')
+      const health = createHealthHandlers(other.storage, { maxAgeMs: 300 })
+      const answers = await Promise.all(Array.from({ length: 50 }, () => health.readyz()))
+      expect(answers.map((r) => r.status)).toEqual(Array(50).fill(200))
+      expect(calls).toEqual({ archive: 1, local: 1, tmp: 1, database: 1 })
+      // Within maxAgeMs the answer is reused; after it, asked again (once).
+      expect((await health.readyz()).status).toBe(200)
+      expect(calls.archive).toBe(1)
+      await new Promise((r) => setTimeout(r, 350))
+      await Promise.all(Array.from({ length: 10 }, () => health.readyz()))
+      expect(calls).toEqual({ archive: 2, local: 2, tmp: 2, database: 2 })
+    } finally {
+      await other.cleanup()
+    }
   })
 
   it('readyz answers 503 once the service is closed (its database gone)', async () => {

@@ -4,7 +4,7 @@
  * never cached.
  */
 import type { AttachStorage } from '../service/attach-storage.js'
-import type { Readiness } from '../service/health.js'
+import type { Readiness, ReadinessOptions } from '../service/health.js'
 
 /** The two health answers of a service. */
 export interface HealthHandlers {
@@ -25,14 +25,16 @@ const json = (status: number, body: unknown) =>
 
 /**
  * The health answers of `storage`, for a host to mount where its orchestrator looks (the reference
- * server: `GET /healthz`, `GET /readyz`).
+ * server: `GET /healthz`, `GET /readyz`). `readyz` answers without authentication, so its check is
+ * shared: concurrent probes wait for one check, and a finished one is reused for `maxAgeMs` (default
+ * 1 s), so each store and the database are asked at most once per second however many probes arrive.
  *
  * @example
  * const health = createHealthHandlers(storage)
  * app.get('/healthz', () => health.healthz())
  * app.get('/readyz', () => health.readyz())
  */
-export function createHealthHandlers(storage: AttachStorage, options: { timeoutMs?: number } = {}): HealthHandlers {
+export function createHealthHandlers(storage: AttachStorage, options: ReadinessOptions = {}): HealthHandlers {
   return {
     healthz: () => json(200, { status: 'ok' }),
     async readyz() {

@@ -29,9 +29,48 @@ export interface Readiness {
   stores: Record<string, ReadinessCheck>
 }
 
-/** Asks the database and every store at once, each within `timeoutMs`. */
-export async function checkReadiness(ctx: ServiceContext, options: { timeoutMs?: number } = {}): Promise<Readiness> {
+/**
+ * How long a readiness answer is reused, in milliseconds: `/readyz` answers without authentication, so
+ * however many probes arrive, each store and the database are asked at most once per this period.
+ * @default 1000
+ */
+export const READINESS_MAX_AGE_MS = 1000
+
+/** Options of {@link checkReadiness}. */
+export interface ReadinessOptions {
+  /** How long one dependency may take to answer. @default 2000 ({@link READINESS_TIMEOUT_MS}) */
+  timeoutMs?: number
+  /** How long a finished check is reused; 0: ask again each time. @default 1000 ({@link READINESS_MAX_AGE_MS}) */
+  maxAgeMs?: number
+}
+
+/** The last check of each service: in flight (`doneAt` undefined) or finished at `doneAt` (performance.now()). */
+const lastChecks = new WeakMap<ServiceContext, { timeoutMs: number; answer: Promise<Readiness>; doneAt?: number }>()
+
+/**
+ * Whether the database and every store answer, each asked at once within `timeoutMs`. Concurrent
+ * callers share one check in flight, and a finished check is reused for `maxAgeMs`, so a flood of
+ * probes costs one call per store per period, never one per request.
+ */
+export function checkReadiness(ctx: ServiceContext, options: ReadinessOptions = {}): Promise<Readiness> {
   const timeoutMs = options.timeoutMs ?? READINESS_TIMEOUT_MS
+  const maxAgeMs = options.maxAgeMs ?? READINESS_MAX_AGE_MS
+  const last = lastChecks.get(ctx)
+  if (last && last.timeoutMs === timeoutMs && (last.doneAt === undefined || performance.now() - last.doneAt < maxAgeMs)) {
+    return last.answer
+  }
+  const entry: { timeoutMs: number; answer: Promise<Readiness>; doneAt?: number } = {
+    timeoutMs,
+    answer: askAll(ctx, timeoutMs).finally(() => {
+      entry.doneAt = performance.now()
+    }),
+  }
+  lastChecks.set(ctx, entry)
+  return entry.answer
+}
+
+/** Asks the database and every store at once, each within `timeoutMs`. */
+async function askAll(ctx: ServiceContext, timeoutMs: number): Promise<Readiness> {
   const stores = new Map<string, Store>(ctx.stores.stores)
   if (![...stores.values()].includes(ctx.stores.tmpStore)) stores.set(ctx.stores.tmpStore.name, ctx.stores.tmpStore)
   const [database, ...answers] = await Promise.all([
