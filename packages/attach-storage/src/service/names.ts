@@ -2,12 +2,24 @@
 
 export const DISPLAY_NAME_MAX = 1024
 
-/** Cleans a client's file name for display: no path, no control characters, bounded length. */
+/**
+ * What a display name never keeps: C0 and C1 controls and DEL, and the invisible characters that change
+ * how a name reads: the bidirectional marks, embeddings, overrides and isolates (U+061C, U+200E, U+200F,
+ * U+202A-U+202E, U+2066-U+2069: `invoice\u202Efdp.exe` shows as `invoiceexe.pdf`) and the line and
+ * paragraph separators (U+2028, U+2029).
+ */
+// biome-ignore lint/suspicious/noControlCharactersInRegex: these are the characters a display name loses
+const UNSAFE_IN_NAME = /[\u0000-\u001f\u007f-\u009f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]/g
+
+/**
+ * Cleans a client's file name for display: no path, no control or invisible direction characters, bounded
+ * length. Every name a client gives goes through it (upload, PUT, tus metadata, presign, the confirmed
+ * save and the host's commit, ZIP titles).
+ */
 export function cleanDisplayName(name: unknown, fallback = 'file'): string {
   const base = (typeof name === 'string' ? name : '').split(/[\\/]/).pop() ?? ''
   // Lone surrogates become U+FFFD, and the cut never splits a pair: the name stays valid UTF-16 (and UTF-8).
-  // biome-ignore lint/suspicious/noControlCharactersInRegex: strips control characters from a display name
-  const clean = wellFormed(base.replace(/[\u0000-\u001f\u007f]/g, '').trim(), DISPLAY_NAME_MAX)
+  const clean = wellFormed(base.replace(UNSAFE_IN_NAME, '').trim(), DISPLAY_NAME_MAX)
   return clean || fallback
 }
 
