@@ -9,7 +9,7 @@ import type { ServiceContext } from './context.js'
 import { dropBlob } from './housekeeping.js'
 import { checkRefKey, storeKey } from './layout.js'
 import type { AccessContext, AttachBag, LookupFilters } from './types.js'
-import { cdnBase, namedOf, readableViews, view } from './urls.js'
+import { namedOf, publicBase, readableViews, view } from './urls.js'
 import { madeVariants } from './variants.js'
 
 /** Most matching rows a conditional list over guarded categories reads to find the readable ones. */
@@ -183,7 +183,7 @@ export async function directUrl(
     if (!(await checkAccess(ctx, access, category, describeRecord(r)))) throw forbidden()
     return ctx.signer ? `${byId}?${ctx.signer.query(r.id)}` : byId
   }
-  const cdn = cdnBase(ctx, r.store)
+  const cdn = publicBase(ctx, r.store, false, r.fileType)
   return cdn ? cdn + storeKey(r.savedDir, r.savedName) : byId
 }
 

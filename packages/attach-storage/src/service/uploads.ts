@@ -260,8 +260,8 @@ export async function completeDirectUpload(
         savedDir,
         url:
           kind === 'editor'
-            ? editorUrl(ctx, domain.store, refCategory, savedDir, f.name)
-            : directFileUrl(ctx, domain.store, refDomain, refCategory, savedDir, f.name),
+            ? editorUrl(ctx, domain.store, refCategory, savedDir, f.name, type)
+            : directFileUrl(ctx, domain.store, refDomain, refCategory, savedDir, f.name, type),
         displayName: f.displayName,
         size: f.size,
         type,

@@ -1,4 +1,5 @@
 /** The addresses a record or a direct file is answered with (CDN, guarded route, signed URL). */
+import { isActiveContent } from '../media/sniff.js'
 import type { AttachmentRecord, AttachmentView } from '../model.js'
 import { checkAccess, describeRecord } from './access.js'
 import type { ServiceContext } from './context.js'
@@ -13,7 +14,20 @@ export function cdnBase(ctx: ServiceContext, storeName: string): string | undefi
   return typeof s === 'string' && s ? (s.endsWith('/') ? s : `${s}/`) : ctx.config.cdnUrl
 }
 
-/** The address of a directly uploaded file: its CDN address, else the `attach-direct` view route. */
+/**
+ * The CDN address base for a file of `type` in a store, or undefined when the file must go through the
+ * binary routes: a guarded category's files (a CDN cannot ask the secure-access function), and active
+ * content, what the binary routes serve as a download only (HTML, SVG, XML, JavaScript, ...: `isActiveContent`,
+ * the rule `http/serve.ts` applies): on the bucket's or CDN's origin such a page would run as that origin.
+ */
+export function publicBase(ctx: ServiceContext, storeName: string, guarded: boolean, type: string): string | undefined {
+  return guarded || isActiveContent(type) ? undefined : cdnBase(ctx, storeName)
+}
+
+/**
+ * The address of a directly uploaded file of `type`: its CDN address, else the `attach-direct` view route
+ * (always for a guarded category and for active content).
+ */
 export function directFileUrl(
   ctx: ServiceContext,
   storeName: string,
@@ -21,10 +35,10 @@ export function directFileUrl(
   refCategory: string,
   savedDir: string,
   name: string,
+  type: string,
 ): string {
-  // A guarded category's files never get a public address: their url is the guarded binary route.
   const guarded = ctx.registry.domain(refDomain).categories.get(refCategory)?.secureAccess !== undefined
-  const cdn = guarded ? undefined : cdnBase(ctx, storeName)
+  const cdn = publicBase(ctx, storeName, guarded, type)
   if (cdn) return cdn + storeKey(savedDir, name)
   const path = encodeURIComponent(savedDir + name)
   return `${ctx.config.assetsPrefix}/attach-direct/view/${refDomain}/${refCategory}?path=${path}`
@@ -68,13 +82,15 @@ export function variantUrl(ctx: ServiceContext, id: number, name: string, guarde
 
 /**
  * A record as answered. A guarded record never carries a CDN or direct address: its `url` is the
- * guarded binary route, signed when signing is configured (the caller was allowed to read it).
+ * guarded binary route, signed when signing is configured (the caller was allowed to read it). Nor does
+ * active content (HTML, SVG, XML, JavaScript, ...): its `url` is the binary route, which serves it as a
+ * download with a sandboxing Content-Security-Policy.
  */
 export function view(ctx: ServiceContext, r: AttachmentRecord, index: number, guarded: boolean, named?: string[]): AttachmentView {
   const { sha256: _s, store, blobId: _b, ...rest } = r
   // The named variants made so far, name to address, when the category names any.
   const variants = named ? { variants: Object.fromEntries(named.map((n) => [n, variantUrl(ctx, r.id, n, guarded)])) } : {}
-  const cdn = guarded ? undefined : cdnBase(ctx, store)
+  const cdn = publicBase(ctx, store, guarded, r.fileType)
   if (cdn) {
     const cdnUrl = cdn + storeKey(r.savedDir, r.savedName)
     return { ...rest, url: cdnUrl, cdnUrl, ...variants }
@@ -84,10 +100,17 @@ export function view(ctx: ServiceContext, r: AttachmentRecord, index: number, gu
   return { ...rest, url, ...variants }
 }
 
-/** The address of an editor image: its CDN address, else the editor image route. */
-export function editorUrl(ctx: ServiceContext, storeName: string, refCategory: string, savedDir: string, name: string): string {
+/** The address of an editor image of `type`: its CDN address, else the editor image route (guarded, or an SVG). */
+export function editorUrl(
+  ctx: ServiceContext,
+  storeName: string,
+  refCategory: string,
+  savedDir: string,
+  name: string,
+  type: string,
+): string {
   const guarded = ctx.registry.domain(EDITOR_DOMAIN).categories.get(refCategory)?.secureAccess !== undefined
-  const cdn = guarded ? undefined : cdnBase(ctx, storeName)
+  const cdn = publicBase(ctx, storeName, guarded, type)
   if (cdn) return cdn + storeKey(savedDir, name)
   const [, , yyyy, MM] = savedDir.split('/')
   return `${ctx.config.assetsPrefix}/editor/image/${refCategory}/${yyyy}/${MM}/${name}`
