@@ -9,8 +9,6 @@ import {
   createAttachStorage,
   createHealthHandlers,
   createJwtVerifier,
-  loadConfigFile,
-  mergeSettings,
   openDatabase,
   readJson,
   type AttachHandler,
@@ -20,6 +18,7 @@ import {
   type FileDescription,
   type Logger,
 } from 'attach-storage'
+import { loadConfigFile, mergeSettings } from 'attach-storage/config'
 import { listResponse, parseListRequest, runList, type ListProvider } from 'attach-storage/list'
 import { createPrometheusMetrics } from 'attach-storage/metrics'
 import { collectDefaultMetrics } from 'prom-client'

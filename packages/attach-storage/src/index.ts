@@ -1,9 +1,11 @@
 /**
  * `attach-storage`: what a host application needs to embed the attachment service: create it, mount
  * its Web handlers, configure domains, categories, filters and access rules, authenticate, and handle
- * its errors. Helpers for other jobs live on subpaths: `attach-storage/list` (the list and pagination
- * helper), `attach-storage/node` (the `node:http` bridge), `attach-storage/store-kit` (for store
- * authors) and `attach-storage/testing` (the store conformance suite). docs/packaging.md lists them.
+ * its errors. Helpers for other jobs live on subpaths: `attach-storage/config` (settings files, the
+ * registry, the settings tree's parts), `attach-storage/list` (the list and pagination helper),
+ * `attach-storage/node` (the `node:http` bridge), `attach-storage/store-kit` (for store authors) and
+ * `attach-storage/testing` (the store conformance suite). docs/packaging.md lists them. At most 40
+ * names (index.test.ts counts them).
  * @module
  */
 
@@ -17,17 +19,8 @@ export type { Instrumentation, RequestReport, StoreCallReport } from './service/
 // Errors.
 export { AttachStorageError, isAttachError, type AttachErrorCode } from './errors.js'
 
-// Configuration.
-export type {
-  AttachConfigInput,
-  CategoryConfig,
-  DomainConfig,
-  EntityChangeGuard,
-  FilterSpec,
-  SecureAccessFunction,
-} from './config/schema.js'
-export { loadConfigFile, mergeSettings } from './config/load.js'
-export { Registry } from './registry/registry.js'
+// Configuration (settings files, the Registry and the tree's parts: attach-storage/config).
+export type { AttachConfigInput, EntityChangeGuard, SecureAccessFunction } from './config/schema.js'
 export type { AttachFilter, FileProbe, FilterVerdict } from './filters/filters.js'
 
 // What the service takes and answers.
