@@ -55,6 +55,7 @@ export async function main(argv: string[], io: CliIo): Promise<number> {
   program
     .command('stats')
     .description('files and bytes per domain, category and store; variants; temporary files')
+    .option('--quota', 'bytes each user holds in uploads not committed yet, against upload.user-quota')
     .action(run(async (_o: unknown, cmd: Command) => statsCommand(global(cmd), io)))
   program
     .command('copy-store')

@@ -1,11 +1,30 @@
-/** `attach-storage stats`: files and bytes per domain, category and store; variants; temporary files. */
+/**
+ * `attach-storage stats`: files and bytes per domain, category and store; variants; temporary files.
+ * With `--quota`: the bytes each user holds in uploads not committed yet, against `upload.userQuota`.
+ */
+import { pendingByUser } from '../service/quota.js'
 import { TMP_PREFIX } from '../service/temporary.js'
 import { type CliIo, distinctStores, EXIT, formatBytes, type GlobalOptions, openService, report } from './runtime.js'
 import { variantOwner } from './walk.js'
 
-export async function statsCommand(options: GlobalOptions, io: CliIo): Promise<number> {
+export async function statsCommand(options: GlobalOptions & { quota?: boolean }, io: CliIo): Promise<number> {
   const { ctx, close } = await openService(options, io)
   try {
+    if (options.quota) {
+      const quota = ctx.config.upload.userQuota
+      const users = await pendingByUser(ctx)
+      const name = (key: string) => (key === '' ? '(no user)' : key)
+      report(io, options, { quota, users }, [
+        `upload.user-quota: ${quota ? `${quota} bytes (${formatBytes(quota)})` : 'off'}`,
+        'user\tpending uploads\tbytes\tof quota',
+        ...users.map(
+          (u) =>
+            `${name(u.userKey)}\t${u.uploads}\t${u.bytes} (${formatBytes(u.bytes)})\t${quota ? `${Math.round((u.bytes / quota) * 100)} %` : '-'}`,
+        ),
+        ...(users.length ? [] : ['(no pending uploads)']),
+      ])
+      return EXIT.ok
+    }
     const { records, blobs } = await ctx.repo.stats()
     const variants: Array<{ store: string; count: number; bytes: number }> = []
     for (const store of distinctStores(ctx)) {

@@ -39,7 +39,9 @@ const DURATION_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.
  * - `attach_storage_resize_duration_seconds` and `attach_storage_resize_queue{state="running"|"waiting"}`;
  * - `attach_storage_sweep_removed_total{kind}`: what sweeps removed, by kind (`temporaryFiles`, `blobs`, ...);
  * - `attach_storage_store_calls_total{store, operation}`, `attach_storage_store_call_duration_seconds{store, operation}`
- *   and `attach_storage_store_errors_total{store, operation}`.
+ *   and `attach_storage_store_errors_total{store, operation}`;
+ * - `attach_storage_quota_refusals_total{kind="tmp"|"tus"|"presign"}`: uploads refused with 413
+ *   `quota-exceeded` (`upload.userQuota`), by what was refused.
  */
 export function createPrometheusMetrics(options: PrometheusMetricsOptions = {}): PrometheusMetrics {
   const registry = options.registry ?? new Registry()
@@ -112,6 +114,12 @@ export function createPrometheusMetrics(options: PrometheusMetricsOptions = {}):
     help: 'Named-variant jobs waiting to be made, as this instance last learnt it',
     registers,
   })
+  const quotaRefusals = new Counter({
+    name: `${p}quota_refusals_total`,
+    help: 'Uploads refused because their user holds upload.userQuota in pending uploads, by kind (tmp, tus, presign)',
+    labelNames: ['kind'] as const,
+    registers,
+  })
   resizeQueue.set({ state: 'running' }, 0)
   resizeQueue.set({ state: 'waiting' }, 0)
   variantQueue.set(0)
@@ -144,6 +152,9 @@ export function createPrometheusMetrics(options: PrometheusMetricsOptions = {}):
     },
     variantQueue(waiting) {
       variantQueue.set(waiting)
+    },
+    quotaRefusal(kind) {
+      quotaRefusals.inc({ kind })
     },
   }
   return {

@@ -14,6 +14,7 @@ import {
   FILE_TABLE,
 } from './database.js'
 import { VariantRows } from './variant-rows.js'
+import { PendingUploads } from './pending-uploads.js'
 
 type Db = Kysely<AttachDatabase>
 type Trx = Transaction<AttachDatabase>
@@ -133,6 +134,11 @@ export class AttachRepository {
     this.#dialect = dialectOf(db)
     this.#directRead = directReadOf(db)
     this.variants = new VariantRows(this.#db, this.#dialect)
+  }
+
+  /** The uploads not committed yet, per user (`attach_pending`, service/quota.ts). */
+  get pending(): PendingUploads {
+    return new PendingUploads(this.#db, this.#dialect)
   }
 
   /** The dialect of the underlying database. */

@@ -9,6 +9,7 @@ import {
 } from 'kysely'
 import { AttachStorageError } from '../errors.js'
 import { BLOB_TABLE, type DialectName, dialectOf, FILE_TABLE, VARIANT_TABLE } from './database.js'
+import { PENDING_TABLE } from './pending-uploads.js'
 
 /** Kysely's migration table for attach-storage, apart from a host's own `kysely_migration`. */
 export const MIGRATION_TABLE = 'attach_migration'
@@ -216,6 +217,44 @@ const variantTable: Migration = {
 }
 
 /**
+ * `attach_pending`: the uploads not committed yet (temporary files, unfinished tus uploads, presigned
+ * uploads) with their user, bytes and expiry, which the per-user quota counts, and the lease of the
+ * PATCH writing a tus upload (service/quota.ts). Idempotent like the others.
+ */
+const pendingTable: Migration = {
+  async up(db: Kysely<any>): Promise<void> {
+    const dialect = dialectOf(db)
+    const collation = dialect === 'mysql' ? await mysqlKeyCollation(db) : ''
+    await tableOptions(
+      dialect,
+      collation,
+      db.schema
+        .createTable(PENDING_TABLE)
+        .ifNotExists()
+        .addColumn('name', 'varchar(255)', (col) => col.primaryKey())
+        .addColumn('user_key', 'varchar(255)', (col) => col.notNull())
+        .addColumn('kind', 'varchar(16)', (col) => col.notNull())
+        .addColumn('bytes', 'bigint', (col) => col.notNull())
+        .addColumn('expires_dt', 'varchar(24)', (col) => col.notNull())
+        .addColumn('lease_id', 'varchar(64)')
+        .addColumn('lease_until', 'varchar(24)'),
+    ).execute()
+    const index = db.schema.createIndex('attach_pending_user_idx').on(PENDING_TABLE).columns(['user_key', 'expires_dt'])
+    if (dialect !== 'mysql') await index.ifNotExists().execute()
+    else {
+      // MySQL has no CREATE INDEX IF NOT EXISTS: an existing index (error 1061) is fine.
+      await index.execute().catch((err: { errno?: number }) => {
+        if (err?.errno !== 1061) throw err
+      })
+    }
+  },
+
+  async down(db: Kysely<any>): Promise<void> {
+    await db.schema.dropTable(PENDING_TABLE).ifExists().execute()
+  },
+}
+
+/**
  * The attach-storage migrations, in order. Names never change once released. Run them with
  * {@link migrateAttachSchema}, never inside a host's migration table.
  */
@@ -223,6 +262,7 @@ export const attachMigrations: Readonly<Record<string, Migration>> = {
   '0001_attach_tables': attachTables,
   '0002_blob_tmp_name': blobTmpName,
   '0003_variant_table': variantTable,
+  '0004_pending_table': pendingTable,
 }
 
 const provider: MigrationProvider = {

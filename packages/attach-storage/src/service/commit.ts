@@ -17,6 +17,7 @@ import { type AccessContext, accessOf, type AttachBag, type AttachBagEntry, type
 import { runFilters, transfer } from './uploads.js'
 import { readableViews } from './urls.js'
 import { verifyDirectUpload } from './direct-to-cloud.js'
+import { releaseUploads } from './quota.js'
 
 /** The positive integer `id` of an `{id}` object (a `_deleted` or re-sort entry), else undefined. */
 function positiveId(x: unknown): number | undefined {
@@ -341,6 +342,7 @@ export async function commitEntry(
     throw busy()
   }
   await pause('recorded')
+  await releaseUploads(ctx, [savedName])
   await tmp.delete(tmpMetaKey(savedName)).catch(() => undefined)
   await pause('done')
   return rec

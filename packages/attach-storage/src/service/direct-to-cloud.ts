@@ -13,6 +13,7 @@ import type { ServiceContext } from './context.js'
 import { ingest } from './ingest.js'
 import { generateSavedName } from './layout.js'
 import { cleanDisplayName } from './names.js'
+import { releaseUploads, reserveUpload } from './quota.js'
 import { type TmpMeta, tmpKey, tmpMetaKey, tmpUploadKey } from './temporary.js'
 import type { AccessContext, AuthUser } from './types.js'
 import { runFilters, uploadTarget } from './uploads.js'
@@ -63,7 +64,8 @@ export function sizeLimitOf(ctx: ServiceContext, category: RegisteredCategory): 
 /**
  * Prepares a direct-to-cloud upload: checks the target (domain, category, the category's secure-access
  * function, the size limit: 413 above it), then that the presign store can sign (400
- * `presign-unsupported` otherwise); writes the temporary file's sidecar, marked pending with the
+ * `presign-unsupported` otherwise); reserves the declared size in the user's quota (413
+ * `quota-exceeded` past it); writes the temporary file's sidecar, marked pending with the
  * declared size, and answers a write address of `_tmp/_up/{name}` in the presign store, valid for at
  * most {@link PRESIGN_TTL_SECONDS} and never beyond `tmp-ttl`.
  */
@@ -99,13 +101,16 @@ export async function presignUpload(ctx: ServiceContext, input: PresignInput, ac
     createdDt: now.toISOString(),
     pending: { size: input.size, expiresAt, store: target.name },
   }
-  // The sidecar first: an object nobody announced is never committed, only swept.
-  await tmp.put(tmpMetaKey(name), Buffer.from(JSON.stringify(meta)), { contentType: 'application/json' })
+  // The user's quota holds the declared size until the commit (or the expiry).
+  await reserveUpload(ctx, { name, user: access.user, bytes: input.size, kind: 'presign', begun: meta.createdDt })
   try {
+    // The sidecar first: an object nobody announced is never committed, only swept.
+    await tmp.put(tmpMetaKey(name), Buffer.from(JSON.stringify(meta)), { contentType: 'application/json' })
     const signed = await target.presignPut(tmpUploadKey(name), { expiresIn, contentLength: input.size })
     return { name, uploadUrl: signed.url, method: signed.method, headers: signed.headers, expiresAt }
   } catch (err) {
     await tmp.delete(tmpMetaKey(name)).catch(() => undefined)
+    await releaseUploads(ctx, [name])
     throw err
   }
 }
@@ -125,10 +130,12 @@ export async function verifyDirectUpload(ctx: ServiceContext, meta: TmpMeta, use
   const from = ctx.store(pending.store)
   const name = meta.name
   const category = ctx.registry.category(meta.refDomain, meta.refCategory)
-  const discard = () =>
-    Promise.all([from.delete(tmpUploadKey(name)), tmp.delete(tmpKey(name)), tmp.delete(tmpMetaKey(name))]).catch((err) =>
+  const discard = async () => {
+    await Promise.all([from.delete(tmpUploadKey(name)), tmp.delete(tmpKey(name)), tmp.delete(tmpMetaKey(name))]).catch((err) =>
       ctx.logger.warn(`attach-storage: could not remove the refused direct upload ${name}`, err),
     )
+    await releaseUploads(ctx, [name])
+  }
   const limit = Math.min(pending.size, sizeLimitOf(ctx, category))
   const source = await from.get(tmpUploadKey(name)).catch((err: unknown) => {
     if (err instanceof AttachStorageError && err.code === 'not-found') throw notFound(`Nothing was uploaded for ${name} yet`)
@@ -161,8 +168,12 @@ export async function verifyDirectUpload(ctx: ServiceContext, meta: TmpMeta, use
   }
   const { pending: _, ...rest } = meta
   const verified: TmpMeta = { ...rest, size: received.size, type, sha256: received.sha256 }
+  // Now a temporary file of its verified size (never more than declared), until the commit frees it.
+  await reserveUpload(ctx, { name, user: { id: meta.createdBy }, bytes: received.size, kind: 'tmp', begun: meta.createdDt })
   await tmp.put(tmpMetaKey(name), Buffer.from(JSON.stringify(verified)), { contentType: 'application/json' })
-  await from.delete(tmpUploadKey(name)).catch(() => undefined)
+  // A tombstone, not a deletion: the still-valid address is create-only (S3 If-None-Match, Azure's `c`
+  // SAS), so it writes nothing more once the upload is committed; the sweep removes it after tmp-ttl.
+  await from.put(tmpUploadKey(name), new Uint8Array(0), { contentType: 'application/octet-stream' }).catch(() => undefined)
   ctx.events.emit('uploaded', {
     kind: 'temporary',
     refDomain: meta.refDomain,

@@ -78,5 +78,6 @@ export async function sweep(
   }
   // Rows of named variants whose record went while their job ran.
   await ctx.repo.variants.forgetOrphans().catch((err: unknown) => ctx.logger.warn('attach-storage: forgetting variant rows failed', err))
+  await ctx.repo.pending.forgetExpired(ctx.now().toISOString()).catch((e: unknown) => ctx.logger.warn('attach-storage: quota rows kept', e))
   return { temporaryFiles, resumableUploads, blobs, partialFiles }
 }

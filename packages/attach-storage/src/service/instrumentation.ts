@@ -52,6 +52,8 @@ export interface Instrumentation {
   variantJob?(outcome: VariantJobReport, seconds: number): void
   /** Named-variant jobs waiting, as this instance last learnt it. */
   variantQueue?(waiting: number): void
+  /** An upload refused with 413 `quota-exceeded`: a multipart temporary upload, a tus creation or a presign. */
+  quotaRefusal?(kind: 'tmp' | 'tus' | 'presign'): void
 }
 
 /** How a named-variant job ended (see {@link Instrumentation.variantJob}). */
@@ -80,6 +82,7 @@ export function fanOut(observers: Instrumentation[]): Required<Instrumentation> 
     storeCall: each('storeCall'),
     variantJob: each('variantJob'),
     variantQueue: each('variantQueue'),
+    quotaRefusal: each('quotaRefusal'),
   }
 }
 

@@ -25,6 +25,7 @@ import type { ServiceContext } from './context.js'
 import { ProbeStream, ingest } from './ingest.js'
 import { generateSavedName } from './layout.js'
 import { cleanDisplayName } from './names.js'
+import { admitUpload, releaseUploads, reserveUpload, withUploadLease } from './quota.js'
 import { readHead, readTmpMeta, type TmpMeta, tmpKey } from './temporary.js'
 import type { AccessContext, ReceivedFile, TemporaryItem } from './types.js'
 import { discardReceived, keepTemporary, uploadTarget } from './uploads.js'
@@ -96,9 +97,17 @@ function remember(name: string, offset: number, hash: Hash): void {
   if (hashes.size > MAX_HASHES) hashes.delete(hashes.keys().next().value!)
 }
 
-/** One running request per upload in this process: a HEAD after a dropped PATCH sees its last byte. */
-const locks = new Map<string, Promise<unknown>>()
-async function withLock<T>(name: string, fn: () => Promise<T>): Promise<T> {
+/**
+ * One running request per upload in this service: a HEAD after a dropped PATCH sees its last byte.
+ * Across instances (or services) the upload's lease decides ({@link withUploadLease}).
+ */
+const lockTables = new WeakMap<ServiceContext, Map<string, Promise<unknown>>>()
+async function withLock<T>(ctx: ServiceContext, name: string, fn: () => Promise<T>): Promise<T> {
+  let locks = lockTables.get(ctx)
+  if (!locks) {
+    locks = new Map()
+    lockTables.set(ctx, locks)
+  }
   const before = locks.get(name) ?? Promise.resolve()
   const run = before.then(fn, fn)
   const tail = run.catch(() => undefined)
@@ -108,6 +117,26 @@ async function withLock<T>(name: string, fn: () => Promise<T>): Promise<T> {
   } finally {
     if (locks.get(name) === tail) locks.delete(name)
   }
+}
+
+/**
+ * Runs `fn` holding the upload's lease, across every instance on the database (409 while another
+ * request holds it, or undefined with `orSkip`). An upload begun before the lease table existed gets its
+ * row from its info, once `find` has shown it exists and is the caller's.
+ */
+function leased<T>(
+  ctx: ServiceContext,
+  name: string,
+  access: AccessContext,
+  fn: (lost: AbortSignal) => Promise<T>,
+  options: { orSkip?: boolean } = {},
+): Promise<T | undefined> {
+  const missing = async () => {
+    const { info, status } = await find(ctx, name, access)
+    const bytes = info ? (info.length ?? 0) : status.offset
+    return { user: access.user, bytes, kind: info ? ('tus' as const) : ('tmp' as const), begun: info?.createdDt ?? status.done?.createdDt }
+  }
+  return withUploadLease(ctx, name, missing, fn, options)
 }
 
 /** The local file of a key when the temporary store is a local disk (the append path), else undefined. */
@@ -182,12 +211,20 @@ export async function createResumable(ctx: ServiceContext, input: CreateInput, a
     createdBy: access.user?.id ?? null,
     createdDt: ctx.now().toISOString(),
   }
-  const file = localFile(ctx, dataKey(name))
-  if (file) {
-    await mkdirDurable(dirname(file))
-    await (await open(file, 'a')).close()
+  // The user's quota: the declared length is reserved now (a deferred one when it is declared).
+  if (input.length === undefined) await admitUpload(ctx, access.user, 'tus')
+  await reserveUpload(ctx, { name, user: access.user, bytes: input.length ?? 0, kind: 'tus', begun: info.createdDt })
+  try {
+    const file = localFile(ctx, dataKey(name))
+    if (file) {
+      await mkdirDurable(dirname(file))
+      await (await open(file, 'a')).close()
+    }
+    await ctx.stores.tmpStore.put(infoKey(name), Buffer.from(JSON.stringify(info)), { contentType: 'application/json' })
+  } catch (err) {
+    await releaseUploads(ctx, [name])
+    throw err
   }
-  await ctx.stores.tmpStore.put(infoKey(name), Buffer.from(JSON.stringify(info)), { contentType: 'application/json' })
   return { name, offset: 0, length: info.length, expires: expiresOf(ctx, info.createdDt) }
 }
 
@@ -214,26 +251,39 @@ async function find(ctx: ServiceContext, name: string, access: AccessContext): P
  * (a crash) is completed now; a refusal by the filters then leaves nothing and answers 404.
  */
 export function resumableStatus(ctx: ServiceContext, name: string, access: AccessContext): Promise<ResumableStatus> {
-  return withLock(name, async () => {
-    const { info, status } = await find(ctx, name, access)
-    if (info && info.length !== null && status.offset === info.length) {
-      try {
-        return await complete(ctx, info, access)
-      } catch (err) {
-        if (err instanceof AttachStorageError && err.status === 400) throw notFound(`The upload was refused: ${err.message}`)
-        throw err
-      }
-    }
-    return status
+  return withLock(ctx, name, async () => {
+    const first = await find(ctx, name, access)
+    if (!first.info || first.info.length === null || first.status.offset !== first.info.length) return first.status
+    // Completed under the lease; while another request holds it, that request completes the upload.
+    const completed = await leased(
+      ctx,
+      name,
+      access,
+      async () => {
+        const { info, status } = await find(ctx, name, access)
+        if (!info || info.length === null || status.offset !== info.length) return status
+        try {
+          return await complete(ctx, info, access)
+        } catch (err) {
+          if (err instanceof AttachStorageError && err.status === 400) throw notFound(`The upload was refused: ${err.message}`)
+          throw err
+        }
+      },
+      { orSkip: true },
+    )
+    return completed ?? first.status
   })
 }
 
 /** Removes an upload, finished or not (DELETE, the termination extension). */
 export function terminateResumable(ctx: ServiceContext, name: string, access: AccessContext): Promise<void> {
-  return withLock(name, async () => {
-    const { status } = await find(ctx, name, access)
-    if (status.done) await discardReceived(ctx, [{ name } as ReceivedFile])
-    await dropFolder(ctx, name)
+  return withLock(ctx, name, async () => {
+    await leased(ctx, name, access, async () => {
+      const { status } = await find(ctx, name, access)
+      if (status.done) await discardReceived(ctx, [{ name } as ReceivedFile])
+      await dropFolder(ctx, name)
+    })
+    await releaseUploads(ctx, [name])
   })
 }
 
@@ -257,53 +307,79 @@ export function appendResumable(
   },
   access: AccessContext,
 ): Promise<AppendResult> {
-  return withLock(name, async () => {
-    let { info, status } = await find(ctx, name, access)
-    if (status.done || !info) {
-      if (input.offset === status.offset && !input.contentLength) return status
-      throw conflict(status.offset)
+  return withLock(ctx, name, async () => {
+    // The lease first: of two instances sent a PATCH of this upload at once, one writes, the other answers 409.
+    const result = await leased(ctx, name, access, (lost) => appendLeased(ctx, name, input, access, lost))
+    return result!
+  })
+}
+
+async function appendLeased(
+  ctx: ServiceContext,
+  name: string,
+  input: Parameters<typeof appendResumable>[2],
+  access: AccessContext,
+  lost: AbortSignal,
+): Promise<AppendResult> {
+  let { info, status } = await find(ctx, name, access)
+  if (status.done || !info) {
+    if (input.offset === status.offset && !input.contentLength) return status
+    throw conflict(status.offset)
+  }
+  if (input.offset !== status.offset) throw conflict(status.offset)
+  const max = ctx.config.upload.maxFileSize
+  if (input.length !== undefined) {
+    if (info.length !== null && info.length !== input.length) throw badRequest('Upload-Length cannot change')
+    if (input.length > max) {
+      await drop(ctx, name)
+      throw tooLarge(`Upload-Length is larger than the limit of ${max} bytes`)
     }
-    if (input.offset !== status.offset) throw conflict(status.offset)
-    const max = ctx.config.upload.maxFileSize
-    if (input.length !== undefined) {
-      if (info.length !== null && info.length !== input.length) throw badRequest('Upload-Length cannot change')
-      if (input.length > max) {
-        await dropFolder(ctx, name)
-        throw tooLarge(`Upload-Length is larger than the limit of ${max} bytes`)
-      }
-      if (input.length < status.offset) throw badRequest('Upload-Length is smaller than the bytes received')
-      if (info.length === null) {
-        info = { ...info, length: input.length }
-        await ctx.stores.tmpStore.put(infoKey(name), Buffer.from(JSON.stringify(info)), { contentType: 'application/json' })
-      }
-    }
-    const limit = info.length ?? max
-    const over = () =>
-      tooLarge(
-        info.length === null
-          ? `The upload is larger than the limit of ${max} bytes`
-          : `The upload is longer than its Upload-Length of ${limit} bytes`,
-      )
-    if (input.contentLength !== undefined && status.offset + input.contentLength > limit) {
-      await dropFolder(ctx, name)
-      throw over()
-    }
-    let offset = status.offset
-    if (input.body) {
+    if (input.length < status.offset) throw badRequest('Upload-Length is smaller than the bytes received')
+    if (info.length === null) {
       try {
-        const before = offset
-        offset = await write(ctx, name, offset, input.body, limit - offset, over, input.checksum, input.signal)
-        ctx.observe.bytes('in', offset - before)
+        await reserveUpload(ctx, { name, user: access.user, bytes: input.length, kind: 'tus', begun: info.createdDt })
       } catch (err) {
-        if (err instanceof AttachStorageError && err.code === 'too-large') await dropFolder(ctx, name)
+        await drop(ctx, name)
         throw err
       }
+      info = { ...info, length: input.length }
+      await ctx.stores.tmpStore.put(infoKey(name), Buffer.from(JSON.stringify(info)), { contentType: 'application/json' })
     }
-    if (info.length !== null && offset === info.length) {
-      return { ...(await complete(ctx, info, access)), offset }
+  }
+  const limit = info.length ?? max
+  const over = () =>
+    tooLarge(
+      info.length === null
+        ? `The upload is larger than the limit of ${max} bytes`
+        : `The upload is longer than its Upload-Length of ${limit} bytes`,
+    )
+  if (input.contentLength !== undefined && status.offset + input.contentLength > limit) {
+    await drop(ctx, name)
+    throw over()
+  }
+  let offset = status.offset
+  if (input.body) {
+    const signal = input.signal ? AbortSignal.any([input.signal, lost]) : lost
+    try {
+      const before = offset
+      offset = await write(ctx, name, offset, input.body, limit - offset, over, input.checksum, signal)
+      ctx.observe.bytes('in', offset - before)
+    } catch (err) {
+      if (err instanceof AttachStorageError && err.code === 'too-large') await drop(ctx, name)
+      throw err
     }
-    return { ...status, offset, length: info.length }
-  })
+  }
+  if (lost.aborted) throw lost.reason
+  if (info.length !== null && offset === info.length) {
+    return { ...(await complete(ctx, info, access)), offset }
+  }
+  return { ...status, offset, length: info.length }
+}
+
+/** Removes an unfinished upload that can go no further (too large, past the quota) and its reservation. */
+async function drop(ctx: ServiceContext, name: string): Promise<void> {
+  await dropFolder(ctx, name)
+  await releaseUploads(ctx, [name])
 }
 
 const conflict = (offset: number) =>
@@ -411,10 +487,8 @@ async function write(
     }
     // Every byte seen is in the file (the pipeline ended normally): the running hash stays valid.
     if (hash) remember(name, offset + seen, hash)
-    if (dropped) {
-      ctx.logger.info(`attach-storage: resumable upload ${name} interrupted at ${offset + seen}`)
-      throw dropped
-    }
+    // The client went away: the route logs it (one line, not an error).
+    if (dropped) throw dropped
     return offset + seen
   }
   const source = digested(bounded(body, room, over), digest)

@@ -10,6 +10,7 @@ import type { ServiceContext } from './context.js'
 import { ingest } from './ingest.js'
 import { directSavedDir, generateSavedName, storeKey } from './layout.js'
 import { cleanDisplayName } from './names.js'
+import { admitUpload, releaseUploads, reserveUpload } from './quota.js'
 import { tmpKey, type TmpMeta, tmpMetaKey } from './temporary.js'
 import type { AccessContext, DirectItem, ReceivedFile, TemporaryItem } from './types.js'
 import { directFileUrl, editorUrl } from './urls.js'
@@ -47,11 +48,23 @@ export async function receiveFile(
   return { name, displayName, extension, ...r }
 }
 
-/** Removes received files (after a failed request). */
+/** Removes received files (after a failed request) and forgets their quota reservations. */
 export async function discardReceived(ctx: ServiceContext, files: ReceivedFile[]): Promise<void> {
   await Promise.all(
     files.flatMap((f) => [ctx.stores.tmpStore.delete(tmpKey(f.name)), ctx.stores.tmpStore.delete(tmpMetaKey(f.name))]),
   ).catch((err) => ctx.logger.warn('attach-storage: could not remove temporary files', err))
+  await releaseUploads(
+    ctx,
+    files.map((f) => f.name),
+  )
+}
+
+/**
+ * Before a multipart temporary upload's body is read: 413 `quota-exceeded` when its user already holds
+ * `upload.userQuota` in pending uploads (its size is known, and checked, once it is in).
+ */
+export function admitTemporaryUpload(ctx: ServiceContext, access: AccessContext): Promise<void> {
+  return admitUpload(ctx, access.user, 'tmp')
 }
 
 /** What a filter is shown of a received file: its names, size, sniffed type, sha256, first bytes, and a way to read it all. */
@@ -159,7 +172,8 @@ export async function completeTemporaryUpload(
 
 /**
  * One received file through its category's filters into the temporary area: its sidecar written and
- * `uploaded` emitted, or, refused, removed and answered with `error`. The multipart temporary upload
+ * `uploaded` emitted, or, refused, removed and answered with `error`; past the user's quota, removed
+ * and thrown (413 `quota-exceeded`). The multipart temporary upload
  * and the completion of a resumable upload both end here.
  */
 export async function keepTemporary(
@@ -172,6 +186,14 @@ export async function keepTemporary(
   const checked = await screen(ctx, f, category, requestFilters)
   if ('error' in checked) return checked
   const { type } = checked
+  // Counted against the user's quota until it is committed, deleted or expires (a completed tus upload's
+  // reservation becomes this one); past the quota the file goes and the request answers 413.
+  try {
+    await reserveUpload(ctx, { name: f.name, user: access.user, bytes: f.size, kind: 'tmp' })
+  } catch (err) {
+    await discardReceived(ctx, [f])
+    throw err
+  }
   const meta: TmpMeta = {
     name: f.name,
     displayName: f.displayName,

@@ -1,7 +1,7 @@
 /** The JSON group's upload routes: the temporary upload (step 1 of the two-step save) and the direct upload. */
 import * as v from 'valibot'
 import { badRequest } from '../../errors.js'
-import { completeDirectUpload, completeTemporaryUpload, discardReceived } from '../../service/uploads.js'
+import { admitTemporaryUpload, completeDirectUpload, completeTemporaryUpload, discardReceived } from '../../service/uploads.js'
 import type { ReceivedFile } from '../../service/types.js'
 import { parseInput } from '../../validation.js'
 import { receiveMultipart } from '../multipart.js'
@@ -70,6 +70,7 @@ export const uploadRoutes: Route[] = [
     method: 'POST',
     path: 'attach/tmp',
     handle: async (_in, env) => {
+      await admitTemporaryUpload(env.ctx, env.access)
       const { files, fields } = await receiveUpload(env, ['file', 'fileMap'], UploadFieldsSchema)
       return json({ [fields.resultKey]: await completeTemporaryUpload(env.ctx, files, target(fields), env.access) })
     },
