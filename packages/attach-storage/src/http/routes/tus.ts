@@ -134,10 +134,24 @@ function signalOf(request: Request): AbortSignal | undefined {
   return bodies.get(request)?.signal ?? request.signal
 }
 
+/**
+ * Whether a request failed because its client went away: its body's stream closed before the end, the
+ * request's signal aborted, or the failure is an abort (the store call its signal cut, Node's `aborted`).
+ */
+function wentAway(request: Request, err: unknown): boolean {
+  const b = bodies.get(request)
+  if (b?.signal?.aborted) return true
+  if (b && !b.signal && request.signal.aborted) return true
+  if (err instanceof AttachStorageError) return err.code === 'aborted'
+  const e = err as { name?: unknown; code?: unknown; message?: unknown } | null
+  return !!e && (e.name === 'AbortError' || e.code === 'ECONNRESET' || e.code === 'ABORT_ERR' || e.message === 'aborted')
+}
+
 /** Runs a tus handler: the resumable switch, `Tus-Resumable`, and errors with the tus headers. */
 function tus(handle: (env: RouteEnv, id: string) => Promise<Response>, options: { versionFree?: boolean } = {}) {
   return async (input: { params: unknown }, env: RouteEnv): Promise<Response> => {
     if (!env.ctx.config.resumable.enabled) throw noRoute()
+    const id = (input.params as { id?: string } | undefined)?.id ?? ''
     try {
       if (!options.versionFree && env.request.headers.get('tus-resumable') !== TUS_VERSION) {
         throw new AttachStorageError('bad-request', `Tus-Resumable ${TUS_VERSION} is required`, {
@@ -145,13 +159,21 @@ function tus(handle: (env: RouteEnv, id: string) => Promise<Response>, options: 
           headers: { 'tus-version': TUS_VERSION },
         })
       }
-      return await handle(env, (input.params as { id?: string } | undefined)?.id ?? '')
+      return await handle(env, id)
     } catch (err) {
       // Bytes not read are not waited for.
       const b = bodies.get(env.request)
+      const gone = wentAway(env.request, err)
       if (b) b.release()
       else if (env.request.body && !env.request.bodyUsed) await env.request.body.cancel().catch(() => undefined)
-      const e = answeredError(err, env.ctx.logger)
+      if (gone) {
+        // A client going away is no server error: one line, no stack; it resumes from its offset (HEAD).
+        env.ctx.logger.info(
+          `attach-storage: tus ${env.request.method} of upload ${id || '(being created)'} cut off by the client; it resumes from its offset (HEAD)`,
+        )
+      }
+      const cause = gone ? new AttachStorageError('aborted', 'The client went away before the request body ended', { status: 400 }) : err
+      const e = answeredError(cause, env.ctx.logger)
       const res = e.toResponse({ 'tus-resumable': TUS_VERSION })
       return env.request.method === 'HEAD' ? new Response(null, { status: res.status, headers: res.headers }) : res
     }
