@@ -1,4 +1,5 @@
 import { execFileSync } from 'node:child_process'
+import { createHash } from 'node:crypto'
 import { createReadStream, createWriteStream } from 'node:fs'
 import { mkdtemp, open, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
@@ -6,7 +7,7 @@ import { join } from 'node:path'
 import { Readable, Writable } from 'node:stream'
 import { pipeline } from 'node:stream/promises'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { createZipStream, isCompressed, uniqueNames, type ZipSource } from './zip.js'
+import { createZipStream, isCompressed, uniqueNames, type ZipSource, zipProgress } from './zip.js'
 
 let dir: string
 beforeAll(async () => {
@@ -116,6 +117,111 @@ describe('createZipStream', () => {
     await rm(file)
     await rm(big)
   }, 180_000)
+})
+
+/** A source of `total` bytes of one repeated log line (it deflates about a thousand to one), counting what it delivered. */
+class LogSource extends Readable {
+  delivered = 0
+  static readonly LINE = Buffer.from('2026-11-27 08:30:00 INFO the same line of a very repetitive log file\n'.repeat(950))
+  constructor(private readonly total: number) {
+    super()
+  }
+  override _read(): void {
+    const left = this.total - this.delivered
+    if (left <= 0) return void this.push(null)
+    const chunk = LogSource.LINE.subarray(0, Math.min(left, LogSource.LINE.length))
+    this.delivered += chunk.length
+    this.push(chunk)
+  }
+}
+
+/** A socket whose peer reads nothing: it takes `capacity` bytes, then never calls back. */
+const stalledSocket = (capacity: number) => {
+  let taken = 0
+  return new Writable({
+    highWaterMark: 16 * 1024,
+    write(chunk: Buffer, _e, cb) {
+      taken += chunk.length
+      if (taken <= capacity) cb()
+    },
+  })
+}
+
+const MB = 1024 * 1024
+const wait = (ms: number) => new Promise((r) => setTimeout(r, ms))
+
+describe('createZipStream back-pressure', () => {
+  it('stops reading when its reader takes nothing, even for a file that deflates a thousand to one', async () => {
+    const logs = Array.from({ length: 10 }, () => new LogSource(20 * MB))
+    const zip = createZipStream(
+      logs.map((l, i) => ({ name: `log-${i}.txt`, size: 20 * MB, mtime: new Date(), compress: true, open: async () => l })),
+    )
+    // A socket and its kernel buffers holding 4 MB, whose client reads nothing.
+    zip.pipe(stalledSocket(4 * MB))
+    const delivered = () => logs.reduce((n, l) => n + l.delivered, 0)
+    let last = -1
+    const started = performance.now()
+    while (delivered() !== last && performance.now() - started < 20_000) {
+      last = delivered()
+      await wait(300)
+    }
+    const progress = zipProgress(zip)
+    console.log(
+      `client reads nothing: ${(delivered() / MB).toFixed(1)} MB of 200 MB read, ${((progress?.written ?? 0) / MB).toFixed(2)} MB of archive written`,
+    )
+    expect(delivered()).toBeLessThan(100 * MB)
+    expect(progress!.read).toBeLessThanOrEqual(delivered())
+    expect(progress!.read).toBeLessThanOrEqual(16 * progress!.written + 8 * MB + 2 * MB)
+    zip.destroy()
+  }, 30_000)
+
+  it('writes a valid archive while it switches between deflating and storing', async () => {
+    const file = join(dir, 'paced.zip')
+    // Mixed data: long runs of one line (deflate far past the ratio) and random bytes.
+    const noise = Buffer.from(Array.from({ length: 300_000 }, (_, i) => (i * 2654435761) >>> 24))
+    const parts = [LogSource.LINE, noise, LogSource.LINE, LogSource.LINE, noise, LogSource.LINE]
+    const body = Buffer.concat(Array.from({ length: 8 }, () => parts).flat())
+    const sources: ZipSource[] = [
+      { ...src('mixed.txt', body), open: async () => Readable.from(Array.from({ length: 8 }, () => parts).flat()) },
+      src('small.txt', 'small'),
+    ]
+    const zip = createZipStream(sources, { maxRatio: 2, ratioSlack: 0 })
+    await pipeline(zip, createWriteStream(file))
+    const z = inspect(file)
+    expect(z.bad).toBeNull()
+    expect(z.entries.map((e: any) => [e.name, e.method, e.size])).toEqual([
+      ['mixed.txt', 8, body.length],
+      ['small.txt', 8, 5],
+    ])
+    const script = 'import sys,zipfile,hashlib; print(hashlib.sha256(zipfile.ZipFile(sys.argv[1]).read("mixed.txt")).hexdigest())'
+    const data = execFileSync('python3', ['-c', script, file])
+    expect(data.toString().trim()).toBe(createHash('sha256').update(body).digest('hex'))
+    const p = zipProgress(zip)!
+    expect(p.read).toBe(body.length + 5)
+    expect(p.read).toBeLessThanOrEqual(2 * p.written + 512 * 1024)
+  })
+
+  it('closes cleanly when its reader goes away at any point, also while the deflate level changes', async () => {
+    for (let n = 1; n <= 12; n++) {
+      const log = new LogSource(8 * MB)
+      const zip = createZipStream([{ name: 'a.txt', size: 8 * MB, mtime: new Date(), compress: true, open: async () => log }], {
+        maxRatio: 1,
+        ratioSlack: 0,
+      })
+      let chunks = 0
+      await new Promise<void>((resolve) => {
+        zip.on('data', () => {
+          if (++chunks === n) {
+            zip.destroy()
+            resolve()
+          }
+        })
+        zip.on('end', resolve)
+      })
+      await wait(20)
+      expect(log.destroyed).toBe(true)
+    }
+  })
 })
 
 describe('uniqueNames', () => {

@@ -55,28 +55,91 @@ interface Written {
   date: number
 }
 
+/** Resolves once `stream` can take more, or is closed. */
+function drained(stream: zlib.DeflateRaw): Promise<void> {
+  return new Promise((resolve) => {
+    const done = () => {
+      stream.off('drain', done)
+      stream.off('close', done)
+      resolve()
+    }
+    stream.on('drain', done)
+    stream.on('close', done)
+  })
+}
+
+/** How far a ZIP writer has gone: bytes read from its sources, bytes of archive its reader took. */
+export interface ZipProgress {
+  read: number
+  written: number
+}
+
+const progressOf = new WeakMap<Readable, ZipProgress>()
+
+/** The progress of a stream made by {@link createZipStream} (undefined for any other stream). */
+export function zipProgress(stream: Readable): ZipProgress | undefined {
+  const p = progressOf.get(stream)
+  return p && { read: p.read, written: p.written }
+}
+
+/** Options of {@link createZipStream}. */
+export interface ZipStreamOptions {
+  onSkip?: (source: ZipSource, err: unknown) => void
+  /** zlib level of deflated entries. @default 6 */
+  level?: number
+  /**
+   * Most bytes read per byte of archive its reader has taken, past {@link ratioSlack}: beyond it the
+   * writer deflates at level 0 (stored blocks, as large as their input) until the archive catches up.
+   * @default 16
+   */
+  maxRatio?: number
+  /** Bytes the writer may read ahead of `maxRatio` × the archive taken. @default 8 MiB */
+  ratioSlack?: number
+}
+
 /**
  * Streams a ZIP archive of `sources`, never holding more than one chunk of one file: local headers with
  * data descriptors, names in UTF-8 with the language-encoding flag (bit 11), deflate through zlib for
  * compressible entries, and zip64 records wherever a size, an offset or the entry count passes the
  * classic limits (archives past 4 GiB). A source whose `open()` throws is skipped (`onSkip`).
- * Resolves `entries` with the number of files written once the archive ends.
+ *
+ * Back-pressure holds whatever the data: a reader that takes nothing stops the writer once its buffers
+ * are full, but a file that deflates a thousand to one would fill no buffer before gigabytes were read
+ * and deflated. So the writer reads at most `maxRatio` bytes per byte of archive taken (plus
+ * `ratioSlack`); past that it deflates at level 0, whose output is as large as its input, and goes back
+ * to its level once the archive has caught up. The archive stays valid (method 8 throughout); a reader
+ * that takes nothing holds the writer after about `maxRatio` × its buffers.
  */
-export function createZipStream(
-  sources: AsyncIterable<ZipSource> | Iterable<ZipSource>,
-  options: { onSkip?: (source: ZipSource, err: unknown) => void; level?: number } = {},
-): Readable {
+export function createZipStream(sources: AsyncIterable<ZipSource> | Iterable<ZipSource>, options: ZipStreamOptions = {}): Readable {
+  const level = options.level ?? 6
+  const maxRatio = options.maxRatio ?? 16
+  const slack = options.ratioSlack ?? 8 * 1024 * 1024
+  const progress: ZipProgress = { read: 0, written: 0 }
+  /** Whether the reads have run ahead of the archive taken (then deflate stores). */
+  const ahead = () => progress.read > maxRatio * progress.written + slack
+  /** Set once the stream is destroyed: the entry being written stops at once, and no other starts. */
+  let closed = false
+  /** Stops the entry being written (its source destroyed, its deflater ended). */
+  let stopEntry: (() => void) | undefined
   async function* generate(): AsyncGenerator<Buffer> {
     const written: Written[] = []
     let offset = 0
     for await (const src of sources) {
       let input: Readable
+      if (closed) return
       try {
         input = await src.open()
       } catch (err) {
         options.onSkip?.(src, err)
         continue
       }
+      if (closed) {
+        input.destroy()
+        return
+      }
+      // From here the source is destroyed on every way out (the reader gone, a failure, its end).
+      const opened = input
+      stopEntry = () => opened.destroy()
       const name = Buffer.from(src.name, 'utf8')
       const method = src.compress ? 8 : 0
       const zip64 = src.size >= ZIP64_ENTRY
@@ -99,38 +162,80 @@ export function createZipStream(
       header.writeUInt16LE(name.length, 26)
       header.writeUInt16LE(extra.length, 28)
       const entryOffset = offset
-      yield header
-      yield name
-      if (extra.length) yield extra
+      try {
+        yield header
+        yield name
+        if (extra.length) yield extra
+      } finally {
+        if (closed) input.destroy()
+      }
       offset += 30 + name.length + extra.length
 
       let crc = 0
       let usize = 0
       let csize = 0
       let data: AsyncIterable<Buffer> = input
+      let deflate: zlib.DeflateRaw | undefined
+      let inputError: Error | undefined
       if (src.compress) {
-        const deflate = zlib.createDeflateRaw({ level: options.level ?? 6 })
-        input.on('error', (err) => deflate.destroy(err))
-        data = input.pipe(deflate)
-      }
-      if (src.compress) {
-        input.on('data', (c: Buffer) => {
-          crc = crc32(c, crc)
-          usize += c.length
-        })
+        let storing = ahead()
+        const z = zlib.createDeflateRaw({ level: storing ? 0 : level })
+        deflate = z
+        data = z.iterator({ destroyOnReturn: false })
+        stopEntry = () => input.destroy()
+        // The source is fed by hand, one chunk at a time: a level changes only while no write is queued
+        // behind the flush that `params()` makes (one queued there would run beside the change).
+        // Stores while the reads are ahead of the archive taken; deflates at `level` again once it caught up.
+        const feed = async () => {
+          for await (const c of input as AsyncIterable<Buffer>) {
+            crc = crc32(c, crc)
+            usize += c.length
+            progress.read += c.length
+            const want = ahead() || (storing && progress.read > maxRatio * progress.written)
+            if (want !== storing) {
+              storing = want
+              await new Promise<void>((resolve) => z.params(want ? 0 : level, zlib.constants.Z_DEFAULT_STRATEGY, () => resolve()))
+            }
+            if (!z.write(c)) await drained(z)
+            if (z.destroyed || z.writableEnded) return
+          }
+        }
+        // Never destroyed while a level change may be pending (Node asserts its handle in the flush's
+        // callback): a deflater is ended, and drained when nobody reads it, which also closes it.
+        feed().then(
+          () => {
+            if (!z.writableEnded) z.end()
+          },
+          (err: Error) => {
+            inputError = err
+            if (!z.writableEnded) z.end()
+          },
+        )
+      } else {
+        stopEntry = () => input.destroy()
       }
       try {
         for await (const chunk of data) {
           if (!src.compress) {
             crc = crc32(chunk, crc)
             usize += chunk.length
+            progress.read += chunk.length
           }
           csize += chunk.length
           yield chunk
         }
+        if (inputError) throw inputError
       } finally {
+        stopEntry = undefined
         input.destroy()
+        if (deflate && !deflate.readableEnded && !deflate.destroyed) {
+          // Left early (the reader went away, or the source failed): what is queued is deflated into
+          // the void, and the deflater closes at its end.
+          if (!deflate.writableEnded) deflate.end()
+          deflate.resume()
+        }
       }
+      if (closed) return
       offset += csize
       const descriptor = Buffer.alloc(zip64 ? 24 : 16)
       descriptor.writeUInt32LE(0x08074b50, 0)
@@ -212,7 +317,49 @@ export function createZipStream(
     end.writeUInt16LE(0, 20)
     yield end
   }
-  return Readable.from(generate(), { objectMode: false, highWaterMark: 256 * 1024 })
+  const stream = new ZipReadable(generate(), progress, () => {
+    closed = true
+    stopEntry?.()
+  })
+  progressOf.set(stream, progress)
+  return stream
+}
+
+/**
+ * The archive as a Node stream: one chunk of the generator per read. Destroyed (its reader gone), it
+ * stops the entry being written at once, so the generator returns and the stream closes without waiting
+ * for a deflater to produce its next chunk.
+ */
+class ZipReadable extends Readable {
+  readonly #chunks: AsyncGenerator<Buffer>
+  readonly #progress: ZipProgress
+  readonly #onDestroy: () => void
+
+  constructor(chunks: AsyncGenerator<Buffer>, progress: ZipProgress, onDestroy: () => void) {
+    super({ highWaterMark: 256 * 1024 })
+    this.#chunks = chunks
+    this.#progress = progress
+    this.#onDestroy = onDestroy
+  }
+
+  override _read(): void {
+    this.#chunks.next().then(
+      (r) => {
+        if (r.done) return void this.push(null)
+        this.#progress.written += r.value.length
+        this.push(r.value)
+      },
+      (err: unknown) => this.destroy(err as Error),
+    )
+  }
+
+  override _destroy(error: Error | null, callback: (error?: Error | null) => void): void {
+    this.#onDestroy()
+    this.#chunks.return(undefined).then(
+      () => callback(error),
+      () => callback(error),
+    )
+  }
 }
 
 /** Types that are compressed already: stored in the archive without deflate. */

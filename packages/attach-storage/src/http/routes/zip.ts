@@ -37,7 +37,9 @@ export const zipRoutes: Route[] = [
     body: ZipBody,
     handle: async ({ body }, { ctx, access, request }) => {
       const { fileName, stream } = await zip(ctx, body, access)
-      request.signal?.addEventListener('abort', () => stream.destroy(), { once: true })
+      // A client gone frees the slot at once, also when it went while the archive was being prepared.
+      if (request.signal?.aborted) stream.destroy()
+      else request.signal?.addEventListener('abort', () => stream.destroy(), { once: true })
       return streamResponse(stream, {
         headers: {
           'content-type': 'application/zip',
