@@ -42,7 +42,7 @@ async function refused(res: Response): Promise<void> {
   })
 }
 
-for (const dialect of ['sqlite', 'postgres'] as const) {
+for (const dialect of ['sqlite', 'postgres', 'mysql'] as const) {
   describe(`tus creations against the quota (${dialect})`, () => {
     let kit: Kit
     const metrics = createPrometheusMetrics()
@@ -78,6 +78,13 @@ for (const dialect of ['sqlite', 'postgres'] as const) {
       expect(await metrics.registry.getSingleMetricAsString('attach_storage_quota_refusals_total')).toContain(
         'attach_storage_quota_refusals_total{kind="tus"} 4',
       )
+    })
+
+    it('of 20 creations of 100 MiB at once by one user, exactly as many pass as the quota holds', async () => {
+      const answers = await Promise.all(Array.from({ length: 20 }, () => create(kit, 100 * MiB, '50')))
+      expect(answers.filter((r) => r.status === 201)).toHaveLength(10)
+      expect(answers.filter((r) => r.status === 413)).toHaveLength(10)
+      expect(await kit.storage.repository.pending.used('50', new Date().toISOString())).toBe(1000 * MiB)
     })
   })
 }
