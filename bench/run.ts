@@ -45,7 +45,11 @@ const SCENARIOS: Scenario[] = [
   { name: 's3', title: 'S3 store upload and view', run: s3Bench },
   { name: 'cli-copy', title: 'attach-storage copy-store local → S3 against the S3 SDK alone', run: copyStoreBench },
   { name: 'cli-verify', title: 'attach-storage verify of 100,000 records', run: verifyBench },
-  { name: 'hostile', title: 'memory of hostile requests (60 MB JSON, 100 text parts of 1 MiB)', run: hostileBench },
+  {
+    name: 'hostile',
+    title: 'hostile requests: memory of big bodies, and a row per finding of issue 20 with the event-loop delay',
+    run: hostileBench,
+  },
 ]
 
 function parseArgs(argv: string[]): { quick: boolean; disk: boolean; profile: string | undefined; only: Set<string> | undefined } {

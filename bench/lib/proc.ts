@@ -39,14 +39,14 @@ export async function startServer(
   script: string,
   env: Record<string, string>,
   args: string[] = [],
-  options: { profile?: boolean; timeoutMs?: number } = {},
+  options: { profile?: boolean; timeoutMs?: number; nodeArgs?: string[] } = {},
 ): Promise<Server> {
   const timeoutMs = options.timeoutMs ?? 60_000
   // One folder per server: Node writes one profile per thread (the main one is the largest; tsx's
   // module loader runs in a worker of its own).
   const prof =
     options.profile && profileDir ? ['--cpu-prof', `--cpu-prof-dir=${join(profileDir, `${name.replace(/\W+/g, '-')}-${Date.now()}`)}`] : []
-  const child = spawn(process.execPath, [...prof, ...NODE_TS, script, ...args], {
+  const child = spawn(process.execPath, [...prof, ...NODE_TS, ...(options.nodeArgs ?? []), script, ...args], {
     cwd: ROOT,
     env: { ...process.env, PORT: '0', NODE_ENV: 'production', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -176,4 +176,47 @@ export class PeakMemory {
     }
     return { growth: Math.max(0, sampled - this.#base), method: 'sampled', cpu }
   }
+}
+
+/** Node arguments that load bench/lib/loop-probe.ts into a server (after tsx, which it needs). */
+export const LOOP_PROBE_ARGS = ['--import', join(ROOT, 'bench/lib/loop-probe.ts')]
+
+export interface LoopDelay {
+  /** Milliseconds; p99 corrected for coordinated omission (see loop-probe.ts). */
+  p99: number
+  max: number
+  samples: number
+  rawP99: number
+}
+
+/**
+ * Asks a server started with {@link LOOP_PROBE_ARGS} for its event-loop delay since the last ask (and
+ * starts over). A loop that is held answers only when it is free again: after `timeoutMs` this answers
+ * undefined (the server is still stalled).
+ */
+export function readLoopDelay(server: Server, timeoutMs = 10_000): Promise<LoopDelay | undefined> {
+  return new Promise((resolve) => {
+    let buf = ''
+    const onData = (d: Buffer) => {
+      buf += d.toString()
+      const m = /loop-probe (\{[^\n]*\})\n/.exec(buf)
+      if (m) {
+        done()
+        resolve(JSON.parse(m[1]!) as LoopDelay)
+      }
+    }
+    const timer = setTimeout(() => {
+      done()
+      resolve(undefined)
+    }, timeoutMs)
+    const done = () => {
+      clearTimeout(timer)
+      server.child.stdout!.off('data', onData)
+    }
+    server.child.stdout!.on('data', onData)
+    if (!server.child.kill('SIGUSR2')) {
+      done()
+      resolve(undefined)
+    }
+  })
 }

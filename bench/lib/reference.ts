@@ -28,6 +28,7 @@ export async function startReference(
   app = 'hono-app',
   label = 'attach-storage',
   env: Record<string, string> = {},
+  nodeArgs: string[] = [],
 ): Promise<Reference> {
   const dataDir = await mkdtemp(join(base, 'ref-'))
   let server: Server
@@ -42,7 +43,7 @@ export async function startReference(
         ...env,
       },
       [],
-      { profile: true },
+      { profile: true, nodeArgs },
     )
   } catch (err) {
     await rm(dataDir, { recursive: true, force: true })

@@ -12,6 +12,8 @@ export interface Row {
   value: string
   /** Peak RSS growth of the server process in bytes (VmHWM minus RSS before the measurement). */
   rss?: number
+  /** The server's event-loop delay while the work ran, e.g. "p99 12 ms, max 40 ms" (hostile rows). */
+  loop?: string
   /** The server's CPU time for the work, e.g. "1.20 s/GiB" or "310 µs/req" (user + system, all threads). */
   cpu?: string
   /** ours / this baseline, for throughput (higher is better); for times, ours / baseline (lower is better). */
@@ -78,23 +80,30 @@ const WRAP: Record<number, number> = { 1: 30, 2: 38 }
 
 /** Prints the rows as an aligned text table. */
 export function renderTable(rows: Row[]): string {
+  // The event-loop column only when a row has one (the hostile scenario's).
+  const withLoop = rows.some((r) => r.loop !== undefined)
   const head = ['scenario', 'figure', 'subject', 'value', 'peak RSS +', 'server CPU', 'ratio', 'target', 'status']
+  if (withLoop) head.splice(6, 0, 'event loop')
   const LAST = head.length - 1
-  const cells = rows.map((r) => [
-    r.scenario,
-    r.figure,
-    r.subject,
-    r.value,
-    r.rss === undefined ? '' : fmtMiB(r.rss),
-    r.cpu ?? '',
-    r.ratio === undefined ? '' : ratioText(r),
-    r.target ?? '',
-    r.status + (r.note ? `${r.status ? ' ' : ''}(${r.note})` : ''),
-  ])
+  const cells = rows.map((r) => {
+    const c = [
+      r.scenario,
+      r.figure,
+      r.subject,
+      r.value,
+      r.rss === undefined ? '' : fmtMiB(r.rss),
+      r.cpu ?? '',
+      r.ratio === undefined ? '' : ratioText(r),
+      r.target ?? '',
+      r.status + (r.note ? `${r.status ? ' ' : ''}(${r.note})` : ''),
+    ]
+    if (withLoop) c.splice(6, 0, r.loop ?? '')
+    return c
+  })
   const widths = head.map((h, i) => Math.max(h.length, ...cells.map((c) => (i === LAST ? 0 : Math.min(c[i]!.length, WRAP[i] ?? Infinity)))))
   const line = (c: string[]) =>
     c
-      .map((x, i) => (i === LAST ? x : i >= 3 && i <= 6 ? x.padStart(widths[i]!) : x.padEnd(widths[i]!)))
+      .map((x, i) => (i === LAST ? x : i >= 3 && i <= (withLoop ? 7 : 6) ? x.padStart(widths[i]!) : x.padEnd(widths[i]!)))
       .join('  ')
       .trimEnd()
   const out = [line(head), widths.map((w, i) => (i === LAST ? '------' : '-'.repeat(w))).join('  ')]
@@ -116,7 +125,7 @@ export function renderTable(rows: Row[]): string {
     const subject = wrap(shown[2]!, WRAP[2]!)
     out.push(line([shown[0]!, figure[0]!, subject[0]!, ...shown.slice(3)]))
     for (let k = 1; k < Math.max(figure.length, subject.length); k++) {
-      out.push(line(['', figure[k] ?? '', subject[k] ?? '', '', '', '', '', '', '']))
+      out.push(line(['', figure[k] ?? '', subject[k] ?? '', ...head.slice(3).map(() => '')]))
     }
   }
   return out.join('\n')

@@ -1,13 +1,17 @@
 /**
- * 9. Hostile requests against the reference server: what each costs the server in memory. A 60 MB JSON
- * body to `POST /board` (with its Content-Length, and chunked without one), and three multipart uploads of
- * 100 text parts of 1 MiB each. Each must be refused (413 / 400) with the server's peak RSS growth
- * at most 16 MiB.
+ * 9. Hostile requests against the reference server. First what each big body costs the server in memory:
+ * a 60 MB JSON body to `POST /board` (with its Content-Length, and chunked without one), and three
+ * multipart uploads of 100 text parts of 1 MiB each; each must be refused (413 / 400) with the server's
+ * peak RSS growth at most 16 MiB. Then a row per finding of issue 20 (hostile-bounds.ts,
+ * hostile-ops.ts), each with the server's event-loop delay while it runs (bench/lib/loop-probe.ts).
  */
 import http from 'node:http'
+import { HostileServer } from '../lib/hostile-kit.js'
 import { PeakMemory } from '../lib/proc.js'
 import { startReference } from '../lib/reference.js'
 import { judge, MiB, type Context } from '../lib/report.js'
+import { early413Rows, quotaRows, resizeRows, saveEntriesRows, scratch, zipRows } from './hostile-bounds.js'
+import { opsRows } from './hostile-ops.js'
 
 /** Sends `size` bytes of `chunk` repeated as the body; resolves with the status once answered. */
 function send(
@@ -54,6 +58,33 @@ function send(
 }
 
 export async function hostileBench(ctx: Context): Promise<void> {
+  await bodyMemoryRows(ctx)
+  // HOSTILE_ONLY=1,3 runs only those findings' rows (a rerun of noisy rows).
+  const only = process.env.HOSTILE_ONLY?.split(',').map((x) => x.trim())
+  const want = (n: string) => !only || only.includes(n)
+  const { dir, done } = await scratch(ctx)
+  const hs = new HostileServer(ctx)
+  try {
+    // The noise floor: the same probe on the idle server (other processes share the cores).
+    await hs.row('0 idle server, 3 s (the floor on this machine)', 'nothing', async () => {
+      await new Promise((r) => setTimeout(r, 3000))
+      return { value: 'no request' }
+    })
+    if (want('1')) await saveEntriesRows(ctx, hs, dir)
+    if (want('3')) await zipRows(ctx, hs, dir)
+    if (want('4')) await resizeRows(ctx, hs, dir)
+    if (want('5')) await quotaRows(ctx, hs)
+    if (want('8')) await early413Rows(ctx, hs)
+    await hs.stop()
+    await opsRows(ctx, hs, dir, want)
+  } finally {
+    await hs.stop()
+    await done()
+  }
+}
+
+async function bodyMemoryRows(ctx: Context): Promise<void> {
+  if (process.env.HOSTILE_ONLY) return
   const server = await startReference(ctx.work, 100 * MiB)
   try {
     const auth = { authorization: `Bearer ${server.bearer}` }
