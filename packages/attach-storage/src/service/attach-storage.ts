@@ -137,6 +137,8 @@ export class AttachStorage {
   #ctx: ServiceContext | undefined
   /** Set by {@link close}: readiness answers "not ready" from then on (a draining instance). */
   #closing = false
+  /** The sweep running now, if any: a server never runs two at once. */
+  #sweeping: Promise<housekeeping.SweepResult> | undefined
   #ownsDb = false
   #init: Promise<void> | undefined
 
@@ -452,12 +454,20 @@ export class AttachStorage {
   /**
    * Removes expired temporary files (older than `tmp-ttl`), partial files a crash left, and retries the
    * physical deletion of files whose last record went (or that were never attached). Safe to run on
-   * several instances at once.
+   * several instances at once; within one service a call made while a sweep runs answers that sweep.
    */
-  async sweep() {
-    const result = await housekeeping.sweep(this.#c)
-    this.#observe.sweep(result)
-    return result
+  sweep(): Promise<housekeeping.SweepResult> {
+    this.#sweeping ??= housekeeping
+      .sweep(this.#c)
+      .then((result) => {
+        const { failures: _failures, interrupted: _interrupted, ...removed } = result
+        this.#observe.sweep(removed)
+        return result
+      })
+      .finally(() => {
+        this.#sweeping = undefined
+      })
+    return this.#sweeping
   }
 
   /**
