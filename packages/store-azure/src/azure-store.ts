@@ -15,6 +15,7 @@ import {
 import {
   AttachStorageError,
   badKeyError,
+  isActiveContent,
   isNormalKey,
   isValidRange,
   normalizePrefix,
@@ -34,6 +35,7 @@ import {
   type StoreListEntry,
   type StoreStat,
 } from 'attach-storage/store-kit'
+import { blobHeaders, SAFE_TYPE } from './blob-headers.js'
 import { connectionParts, resolveAzureSettings, secretsOf, type AzureBlobStoreOptions, type ResolvedAzureSettings } from './settings.js'
 
 /** The longest validity {@link AzureBlobStore.presignGet} signs (what the core's `redirect-ttl` allows). */
@@ -141,7 +143,7 @@ export class AzureBlobStore implements Store {
     signal?.throwIfAborted()
     const client = await this.#ready('put', key)
     const blob = client.getBlockBlobClient(name)
-    const headers: BlobHTTPHeaders = options.contentType ? { blobContentType: options.contentType } : {}
+    const headers = blobHeaders(options.contentType)
     const state: UploadState = {}
     try {
       if (body instanceof Uint8Array) {
@@ -346,15 +348,23 @@ export class AzureBlobStore implements Store {
         {
           containerName: this.container,
           blobName: name,
-          permissions: BlobSASPermissions.parse('cw'),
+          // Create only: no write over an existing blob, so once the committed upload left its
+          // tombstone at the key, the address writes nothing more.
+          permissions: BlobSASPermissions.parse('c'),
           startsOn: new Date(now - SAS_CLOCK_SKEW_MS),
           expiresOn: new Date(now + expiresIn * 1000),
           protocol: new URL(blob.url).protocol === 'http:' ? SASProtocol.HttpsAndHttp : SASProtocol.Https,
         },
         credential,
       )
-      const headers: Record<string, string> = { 'x-ms-blob-type': 'BlockBlob' }
-      if (options.contentType) headers['content-type'] = options.contentType
+      // A SAS cannot bind request headers: these are what a well-behaved client sends (the blob's type,
+      // never active content, and a download disposition); the commit never trusts them.
+      const type = options.contentType && !isActiveContent(options.contentType) ? options.contentType : SAFE_TYPE
+      const headers: Record<string, string> = {
+        'x-ms-blob-type': 'BlockBlob',
+        'x-ms-blob-content-type': type,
+        'x-ms-blob-content-disposition': 'attachment',
+      }
       return { url: `${blob.url}?${sas.toString()}`, method: 'PUT', headers }
     } catch (err) {
       throw storeFailure(this.#redact(`${this.#label('presignPut', key)} failed: ${firstLine((err as Error)?.message)}`))

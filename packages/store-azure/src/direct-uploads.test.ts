@@ -1,11 +1,13 @@
 /**
- * presignPut on Azurite: a plain fetch writes through a create+write SAS and can do nothing else with
- * it; and the whole direct-to-cloud flow of the service with this store as its temporary store.
+ * presignPut on Azurite: a plain fetch creates a blob through a create-only SAS and can do nothing else
+ * with it (not even write it again); and the whole direct-to-cloud flow of the service with this store
+ * as its temporary store.
  */
 import { createHmac, randomBytes } from 'node:crypto'
 import { mkdtemp, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { BlobServiceClient } from '@azure/storage-blob'
 import { createAttachHandler, createAttachStorage, openDatabase } from 'attach-storage'
 import { expectDirectUploads, generatedStream } from 'attach-storage/testing'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
@@ -26,6 +28,10 @@ const readAll = async (s: NodeJS.ReadableStream) => {
   return Buffer.concat(chunks)
 }
 
+/** A blob of container `direct`, read with the account key (what a CDN in front of the container would serve). */
+const blobClient = (name: string) =>
+  BlobServiceClient.fromConnectionString(connectionString(azurite.port)).getContainerClient('direct').getBlobClient(name)
+
 describe('AzureBlobStore presignPut on Azurite', () => {
   let store: AzureBlobStore
   beforeAll(async () => {
@@ -39,14 +45,18 @@ describe('AzureBlobStore presignPut on Azurite', () => {
   })
   afterAll(() => store?.close())
 
-  it('signs a create+write SAS that a plain fetch writes a block blob through', async () => {
+  it('signs a create-only SAS that a plain fetch creates a block blob through, as a download of a safe type', async () => {
     const bytes = randomBytes(70_000)
     const put = await store.presignPut!('up/a b+c.bin', { expiresIn: 60, contentLength: bytes.length })
     expect(put.method).toBe('PUT')
-    expect(put.headers).toEqual({ 'x-ms-blob-type': 'BlockBlob' })
+    expect(put.headers).toEqual({
+      'x-ms-blob-type': 'BlockBlob',
+      'x-ms-blob-content-type': 'application/octet-stream',
+      'x-ms-blob-content-disposition': 'attachment',
+    })
     const url = new URL(put.url)
     expect(`${url.origin}${url.pathname}`).toBe(`http://127.0.0.1:${azurite.port}/${DEV_ACCOUNT}/direct/p/up/a%20b%2Bc.bin`)
-    expect(url.searchParams.get('sp')).toBe('cw')
+    expect(url.searchParams.get('sp')).toBe('c')
     expect(Date.parse(url.searchParams.get('se')!) - Date.now()).toBeLessThanOrEqual(60_000)
     const res = await fetch(put.url, { method: put.method, headers: put.headers, body: bytes })
     expect(res.status).toBe(201)
@@ -62,6 +72,41 @@ describe('AzureBlobStore presignPut on Azurite', () => {
     expect((await fetch(other, { method: 'PUT', headers: put.headers, body: 'abc' })).status).toBe(403)
     expect(await store.exists('up/other.bin')).toBe(false)
     expect(await store.exists('up/only.bin')).toBe(true)
+  })
+
+  it('writes nothing more once a blob is at the key: the tombstone of a committed upload stops the address (Azurite enforces create-only)', async () => {
+    const put = await store.presignPut!('up/once.bin', { expiresIn: 60, contentLength: 4 })
+    expect((await fetch(put.url, { method: 'PUT', headers: put.headers, body: 'once' })).status).toBe(201)
+    const again = await fetch(put.url, { method: 'PUT', headers: put.headers, body: 'evil' })
+    expect(again.status).toBe(403)
+    expect(await again.text()).toContain('AuthorizationPermissionMismatch')
+    // The commit leaves an empty tombstone in its place (written with the account key), which the address cannot replace.
+    await store.put('up/once.bin', new Uint8Array(0), { contentType: 'application/octet-stream' })
+    expect((await fetch(put.url, { method: 'PUT', headers: put.headers, body: 'evil' })).status).toBe(403)
+    expect((await store.stat('up/once.bin')).size).toBe(0)
+  })
+
+  it('cannot bind request headers: a client may send another type (Azure SAS has no signed request headers; the commit never trusts it)', async () => {
+    const put = await store.presignPut!('up/typed.html', { expiresIn: 60, contentLength: 4, contentType: 'text/html' })
+    expect(put.headers['x-ms-blob-content-type']).toBe('application/octet-stream')
+    const res = await fetch(put.url, {
+      method: 'PUT',
+      headers: { 'x-ms-blob-type': 'BlockBlob', 'x-ms-blob-content-type': 'text/html' },
+      body: '<b>',
+    })
+    expect(res.status).toBe(201)
+    expect((await blobClient('p/up/typed.html').getProperties()).contentType).toBe('text/html')
+  })
+
+  it('stores active content as a download of a type no browser runs; other types as given', async () => {
+    for (const type of ['text/html', 'image/svg+xml', 'application/xml', 'text/javascript; charset=utf-8']) {
+      await store.put('saved/page', Buffer.from('<html><script>alert(1)</script></html>'), { contentType: type })
+      const props = await blobClient('p/saved/page').getProperties()
+      expect([props.contentType, props.contentDisposition], type).toEqual(['application/octet-stream', 'attachment'])
+    }
+    await store.put('saved/photo', Buffer.from('not really a png'), { contentType: 'image/png' })
+    const props = await blobClient('p/saved/photo').getProperties()
+    expect([props.contentType, props.contentDisposition]).toEqual(['image/png', undefined])
   })
 
   it('takes a large body in one Put Blob (the length is checked by whoever commits it)', async () => {
@@ -120,6 +165,7 @@ describe('direct-to-cloud uploads through the service on Azure', () => {
       otherAuthorization: `Bearer ${signJwt('8', SECRET)}`,
       maxFileSize: 256 * 1024,
       lengthSignedByStore: false,
+      rewriteRefusedByStore: true,
       expire: async () => {
         clock = 25 * 3600_000
         await storage.sweep()

@@ -3,6 +3,8 @@
  * nothing else; and the whole direct-to-cloud flow of the service with this store as its temporary store.
  */
 import { createHmac, randomBytes } from 'node:crypto'
+import { Readable } from 'node:stream'
+import { HeadObjectCommand } from '@aws-sdk/client-s3'
 import { mkdtemp, readdir, readFile, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join, relative } from 'node:path'
@@ -52,11 +54,54 @@ describe('S3Store presignPut on s3rver', () => {
     expect(await store.exists('up/other.bin')).toBe(false)
   })
 
-  it('signs the content type when given', async () => {
+  it('signs the content type, a download disposition and create-only: a client may send no other', async () => {
     const put = await store.presignPut('up/typed.txt', { expiresIn: 60, contentLength: 2, contentType: 'text/plain' })
-    expect(put.headers).toEqual({ 'content-type': 'text/plain' })
-    expect((await fetch(put.url, { method: 'PUT', headers: { 'content-type': 'text/html' }, body: 'hi' })).status).toBe(403)
+    expect(put.headers).toEqual({ 'content-type': 'text/plain', 'content-disposition': 'attachment', 'if-none-match': '*' })
+    expect(new URL(put.url).searchParams.get('X-Amz-SignedHeaders')?.split(';').sort()).toEqual(
+      ['content-disposition', 'content-length', 'content-type', 'host', 'if-none-match'].sort(),
+    )
+    const without = (name: string) => Object.fromEntries(Object.entries(put.headers).filter(([k]) => k !== name))
+    expect((await fetch(put.url, { method: 'PUT', headers: { ...put.headers, 'content-type': 'text/html' }, body: 'hi' })).status).toBe(403)
+    expect((await fetch(put.url, { method: 'PUT', headers: { ...put.headers, 'content-disposition': 'inline' }, body: 'hi' })).status).toBe(
+      403,
+    )
+    expect((await fetch(put.url, { method: 'PUT', headers: without('content-disposition'), body: 'hi' })).status).toBe(403)
+    expect((await fetch(put.url, { method: 'PUT', headers: without('if-none-match'), body: 'hi' })).status).toBe(403)
+    expect(await store.exists('up/typed.txt')).toBe(false)
     expect((await fetch(put.url, { method: 'PUT', headers: put.headers, body: 'hi' })).status).toBe(200)
+    const head = await store.client.send(new HeadObjectCommand({ Bucket: s3.bucket, Key: 'p/up/typed.txt' }))
+    expect([head.ContentType, head.ContentDisposition]).toEqual(['text/plain', 'attachment'])
+  })
+
+  it('never signs an active type: HTML (or no type) is uploaded as application/octet-stream', async () => {
+    for (const contentType of ['text/html', 'image/svg+xml', undefined]) {
+      const put = await store.presignPut('up/page.html', { expiresIn: 60, contentLength: 2, ...(contentType ? { contentType } : {}) })
+      expect(put.headers['content-type'], contentType).toBe('application/octet-stream')
+    }
+  })
+
+  it('sends If-None-Match: * with the write, which s3rver 3.7.1 ignores (real S3 answers 412 once an object is at the key)', async () => {
+    const put = await store.presignPut('up/once.bin', { expiresIn: 60, contentLength: 4 })
+    expect((await fetch(put.url, { method: 'PUT', headers: put.headers, body: 'once' })).status).toBe(200)
+    // What s3rver does: it overwrites. The header cannot be dropped (it is signed); S3 itself enforces it.
+    const again = await fetch(put.url, { method: 'PUT', headers: put.headers, body: 'evil' })
+    expect(again.status).toBe(200)
+  })
+
+  it('stores active content as a download of a type no browser runs; other types as given', async () => {
+    const head = (key: string) => store.client.send(new HeadObjectCommand({ Bucket: s3.bucket, Key: `p/${key}` }))
+    for (const type of ['text/html', 'image/svg+xml', 'application/xml', 'text/javascript; charset=utf-8']) {
+      await store.put('saved/page', Buffer.from('<html><script>alert(1)</script></html>'), { contentType: type })
+      const h = await head('saved/page')
+      expect([h.ContentType, h.ContentDisposition], type).toEqual(['application/octet-stream', 'attachment'])
+    }
+    // Streamed, past one PutObject: the multipart upload takes the same headers.
+    await store.put('saved/big', Readable.from([Buffer.alloc(6 * 1024 * 1024, 0x20)]), { contentType: 'text/html' })
+    const big = await head('saved/big')
+    expect([big.ContentType, big.ContentDisposition]).toEqual(['application/octet-stream', 'attachment'])
+    await store.put('saved/photo', Buffer.from('not really a png'), { contentType: 'image/png' })
+    const photo = await head('saved/photo')
+    expect([photo.ContentType, photo.ContentDisposition]).toEqual(['image/png', undefined])
   })
 
   it('refuses bad keys, lengths and validities before signing', async () => {
@@ -116,6 +161,8 @@ for (const [layout, stores] of LAYOUTS) {
         otherAuthorization: `Bearer ${signJwt('8', SECRET)}`,
         maxFileSize: 256 * 1024,
         lengthSignedByStore: true,
+        // s3rver 3.7.1 ignores If-None-Match on PUT (real S3 refuses with 412): the second write lands, is never committed.
+        rewriteRefusedByStore: false,
         expire: async () => {
           clock = 25 * 3600_000
           await storage.sweep()

@@ -23,6 +23,7 @@ import { getSignedUrl } from '@aws-sdk/s3-request-presigner'
 import {
   AttachStorageError,
   badKeyError,
+  isActiveContent,
   isNormalKey,
   normalizePrefix,
   notFoundError,
@@ -42,6 +43,7 @@ import {
   type StoreStat,
 } from 'attach-storage/store-kit'
 import { isAbortError, isInvalidRange, isMissingObject, reasonOf, sanitizeCause, sizeFromRangeError } from './errors.js'
+import { objectHeaders, SAFE_TYPE } from './object-headers.js'
 import { MAX_PART_SIZE, resolveS3Settings, type ResolvedS3Settings, type S3StoreSettings } from './settings.js'
 
 const MiB = 1024 * 1024
@@ -270,10 +272,14 @@ export class S3Store implements Store {
 
   /**
    * A presigned PutObject address (signature version 4) of `key`, valid for `expiresIn` seconds, whose
-   * `Content-Length` (and `Content-Type`, when given) are signed: S3 refuses a body of any other length
-   * (403 SignatureDoesNotMatch), so a client cannot send more than it declared. The key goes through the
-   * same normalization and prefix as `put`. Signing is local: no request is made. The bucket needs a
-   * CORS rule allowing `PUT` from the page's origin (docs/direct-uploads.md).
+   * headers are all signed: `Content-Length` (S3 refuses a body of any other length, 403
+   * SignatureDoesNotMatch, so a client cannot send more than it declared), `Content-Type` (the given
+   * one, or `application/octet-stream` when none is given or it is active content),
+   * `Content-Disposition: attachment`, and `If-None-Match: *`: S3 writes only when no object is at the
+   * key (412 PreconditionFailed otherwise), so once the upload was committed and a tombstone left at the
+   * key, the address writes nothing more. The key goes through the same normalization and prefix as
+   * `put`. Signing is local: no request is made. The bucket needs a CORS rule allowing `PUT` and these
+   * headers from the page's origin (docs/direct-uploads.md).
    *
    * @example
    * const { url, method, headers } = await store.presignPut('_tmp/_up/abc.png', { expiresIn: 900, contentLength: 1234 })
@@ -291,16 +297,21 @@ export class S3Store implements Store {
     if (!(Number.isSafeInteger(length) && length >= 0)) {
       throw new RangeError(`S3 store "${this.name}": presignPut() contentLength must be a non-negative integer, not ${length}`)
     }
+    // Signed, so the client must send exactly these: a type no browser runs for active content (and
+    // `application/octet-stream` when none is given), a download disposition, and create-only.
+    const type = options.contentType && !isActiveContent(options.contentType) ? options.contentType : SAFE_TYPE
     const command = new PutObjectCommand({
       Bucket: this.bucket,
       Key: objectKey,
       ContentLength: length,
-      ...(options.contentType ? { ContentType: options.contentType } : {}),
+      ContentType: type,
+      ContentDisposition: 'attachment',
+      IfNoneMatch: '*',
     })
-    const signed = new Set(['content-length', ...(options.contentType ? ['content-type'] : [])])
+    const signed = new Set(['content-length', 'content-type', 'content-disposition', 'if-none-match'])
     try {
       const url = await getSignedUrl(this.client, command, { expiresIn, signableHeaders: signed })
-      return { url, method: 'PUT', headers: options.contentType ? { 'content-type': options.contentType } : {} }
+      return { url, method: 'PUT', headers: { 'content-type': type, 'content-disposition': 'attachment', 'if-none-match': '*' } }
     } catch (err) {
       throw this.#wrap('presignPut', key, err)
     }
@@ -437,7 +448,7 @@ export class S3Store implements Store {
           Key: objectKey,
           Body: bytes,
           ContentLength: bytes.byteLength,
-          ...(contentType ? { ContentType: contentType } : {}),
+          ...objectHeaders(contentType),
         }),
         signal ? { abortSignal: signal } : {},
       )
@@ -514,7 +525,7 @@ export class S3Store implements Store {
           Bucket: this.bucket,
           Key: objectKey,
           Body: parts,
-          ...(contentType ? { ContentType: contentType } : {}),
+          ...objectHeaders(contentType),
         },
         queueSize,
         partSize: sizeHint === undefined ? partSize : Math.min(MAX_PART_SIZE, Math.max(partSize, Math.ceil(sizeHint / MAX_PARTS))),

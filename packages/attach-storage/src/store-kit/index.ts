@@ -21,6 +21,7 @@ export { resolveRange } from '../stores/range.js'
 export { AttachStorageError } from '../errors.js'
 export { normalizeKey, normalizePrefix, joinKey, isNormalKey, MAX_KEY_LENGTH } from '../stores/key.js'
 export { parseDuration, parseSize } from '../config/units.js'
+export { isActiveContent } from '../media/sniff.js'
 export type {
   ByteRange,
   PresignGetOptions,

@@ -23,6 +23,13 @@ export interface DirectUploadsOptions {
    * it takes it and the commit refuses it (Azure).
    */
   lengthSignedByStore: boolean
+  /**
+   * True when the store refuses another write through an address whose upload was committed (the
+   * committed upload leaves a tombstone at its key, and the address is create-only: Azure's `c` SAS,
+   * which Azurite enforces; S3's signed `If-None-Match: *`, which real S3 honours and s3rver 3.7.1
+   * ignores). Either way what such a write sends is never committed.
+   */
+  rewriteRefusedByStore: boolean
   /** Moves the service's clock past `tmp-ttl` and runs its sweep (`storage.sweep()`); checked last. */
   expire(): Promise<void>
   /** @default 'demo' */
@@ -92,7 +99,12 @@ export async function expectDirectUploads(options: DirectUploadsOptions): Promis
   const view = await handler.fetch(new Request(`http://x/assets/storage/attach/view/${record.id}`))
   const served = view.status === 302 ? await fetch(view.headers.get('location')!) : view
   expect(sha256(new Uint8Array(await served.arrayBuffer()))).toBe(sha256(bytes))
-  expect(await leftFor(p.name)).toEqual([])
+  // Only the tombstone is left at the upload's key, and the address writes nothing more (where the
+  // store enforces it); what it sends is never committed.
+  expect(await leftFor(p.name)).toEqual([`_tmp/_up/${p.name}`])
+  const again = await send(p, Buffer.from('<html><script>alert(1)</script></html>'.padEnd(bytes.length, ' ')))
+  expect(again.ok, `a second write through a committed upload's address answered ${again.status}`).toBe(!options.rewriteRefusedByStore)
+  await failed('1b', 'image', { savedName: p.name }, 'not-found')
 
   // Nothing was sent: the entry fails, nothing is saved.
   const missing = await presign({ fileName: 'never.txt', size: 10 })
