@@ -4,9 +4,10 @@
  * one (204), the other answers 409, and the file holds the winner's bytes; a crashed holder's lease
  * ends by itself. The per-user quota holds across both for presigned uploads, and a commit frees it.
  */
+import { spawn } from 'node:child_process'
 import { createHmac, randomBytes } from 'node:crypto'
 import { mkdtemp, rm } from 'node:fs/promises'
-import { tmpdir } from 'node:os'
+import { hostname, tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { type AttachHandler, type AttachStorage, createAttachHandler, createAttachStorage, openDatabase } from 'attach-storage'
 import type { Kysely } from 'kysely'
@@ -141,7 +142,7 @@ describe('tus across two instances on PostgreSQL, temporary area on s3rver', () 
     }
   })
 
-  it('a crashed holder’s lease blocks the upload until it ends, then the PATCH goes through', async () => {
+  it('a crashed holder’s lease (another host) blocks the upload until it ends, then the PATCH goes through', async () => {
     const name = await createUpload(1000)
     const pending = storages[1]!.repository.pending
     const until = new Date(Date.now() + 1500).toISOString()
@@ -152,6 +153,24 @@ describe('tus across two instances on PostgreSQL, temporary area on s3rver', () 
     const res = await patch(handlers[0]!, name, bytes)
     expect(res.status).toBe(204)
     expect(res.headers.get('upload-offset')).toBe('1000')
+    expect((await stored(name)).equals(bytes)).toBe(true)
+  })
+
+  it('a lease held by a process of this host that is gone is taken over at once', async () => {
+    const name = await createUpload(1000)
+    const child = spawn(process.execPath, ['-e', ''])
+    const pid = child.pid!
+    await new Promise((r) => child.once('exit', r))
+    const pending = storages[1]!.repository.pending
+    const until = new Date(Date.now() + 3600_000).toISOString()
+    expect(await pending.takeLease(name, `${hostname()}|${pid}|gone`, until, new Date().toISOString())).toBe('taken')
+    // A live holder (this very process, another request) keeps it.
+    const mine = await createUpload(1000)
+    expect(await pending.takeLease(mine, `${hostname()}|${process.pid}|other`, until, new Date().toISOString())).toBe('taken')
+    const bytes = randomBytes(1000)
+    expect((await patch(handlers[0]!, mine, bytes)).status).toBe(409)
+    const res = await patch(handlers[0]!, name, bytes)
+    expect(res.status).toBe(204)
     expect((await stored(name)).equals(bytes)).toBe(true)
   })
 

@@ -185,18 +185,32 @@ export class PendingUploads {
 
   /**
    * Takes the lease of a name's row for `holder` until `until`, unless another holder's lease runs
-   * past `now`: one atomic UPDATE, so of two instances asking at once exactly one gets it. Answers
+   * past `now` (or is `stale`: a holder known dead): one atomic UPDATE, so of two instances asking at
+   * once exactly one gets it. Answers
    * `missing` when the name has no row (an upload begun before this table existed, or none at all).
    */
-  async takeLease(name: string, holder: string, until: string, now: string): Promise<'taken' | 'held' | 'missing'> {
+  async takeLease(name: string, holder: string, until: string, now: string, stale?: string): Promise<'taken' | 'held' | 'missing'> {
     const result = await this.#db
       .updateTable(PENDING_TABLE)
       .set({ lease_id: holder, lease_until: until })
       .where('name', '=', name)
-      .where((eb) => eb.or([eb('lease_until', 'is', null), eb('lease_until', '<=', now), eb('lease_id', '=', holder)]))
+      .where((eb) =>
+        eb.or([
+          eb('lease_until', 'is', null),
+          eb('lease_until', '<=', now),
+          eb('lease_id', '=', holder),
+          ...(stale === undefined ? [] : [eb('lease_id', '=', stale)]),
+        ]),
+      )
       .executeTakeFirst()
     if (Number(result.numUpdatedRows) > 0) return 'taken'
     return (await this.find(name)) ? 'held' : 'missing'
+  }
+
+  /** Who holds the lease of a name now (whether or not it has run out), or undefined. */
+  async leaseHolder(name: string): Promise<string | undefined> {
+    const r = await this.#db.selectFrom(PENDING_TABLE).select('lease_id').where('name', '=', name).executeTakeFirst()
+    return r?.lease_id ?? undefined
   }
 
   /** Moves a lease's end while `holder` still holds it; false once it was lost. */

@@ -11,6 +11,7 @@
  * The same rows carry the lease of the PATCH writing a tus upload ({@link withUploadLease}).
  */
 import { randomUUID } from 'node:crypto'
+import { hostname } from 'node:os'
 import { AttachStorageError } from '../errors.js'
 import type { PendingKind, Reservation } from '../repository/pending-uploads.js'
 import type { ServiceContext } from './context.js'
@@ -95,6 +96,26 @@ export function pendingByUser(ctx: ServiceContext): Promise<Array<{ userKey: str
   return ctx.repo.pending.byUser(ctx.now().toISOString())
 }
 
+/** A lease holder's id: this host and process, then the request's own. */
+const HOLDER_PREFIX = `${hostname()}|${process.pid}|`
+
+/**
+ * Whether a lease holder was a process of this host that is gone (killed, crashed): its lease is stale
+ * at once, so a restarted server resumes its uploads without waiting for the lease to run out. A holder
+ * on another host, or a live process, keeps its lease until it ends.
+ */
+function deadHereHolder(holder: string): boolean {
+  const [host, pid] = holder.split('|')
+  const n = Number(pid)
+  if (host !== hostname() || !Number.isSafeInteger(n) || n <= 0 || n === process.pid) return false
+  try {
+    process.kill(n, 0)
+    return false
+  } catch (err) {
+    return (err as { code?: string }).code === 'ESRCH'
+  }
+}
+
 /** 409: another request (on this instance or another) is writing the upload now. */
 export const uploadBusy = (name: string) =>
   new AttachStorageError('conflict', `Another request is writing upload ${name} now; ask its offset (HEAD) and resume`, {
@@ -106,8 +127,8 @@ export const uploadBusy = (name: string) =>
  * Runs `fn` holding the lease of upload `name` (its `attach_pending` row), which one request at a time
  * holds across every instance sharing the database: another holder answers 409 ({@link uploadBusy}),
  * or undefined with `orSkip`. The lease lasts {@link LEASE_MS} and is renewed while `fn` runs, so a
- * crashed holder blocks the upload that long at most; a renewal that finds it lost aborts `fn`'s
- * signal. An upload without a row (begun before the table existed) gets one from `missing` first,
+ * crashed holder on another host blocks the upload that long at most (one of this host whose process
+ * is gone, not at all); a renewal that finds it lost aborts `fn`'s signal. An upload without a row (begun before the table existed) gets one from `missing` first,
  * which also checks that the upload exists and is the caller's.
  */
 export async function withUploadLease<T>(
@@ -118,9 +139,14 @@ export async function withUploadLease<T>(
   options: { orSkip?: boolean } = {},
 ): Promise<T | undefined> {
   const pending = ctx.repo.pending
-  const holder = randomUUID()
+  const holder = HOLDER_PREFIX + randomUUID()
   const until = () => new Date(Date.now() + LEASE_MS).toISOString()
   let got = await pending.takeLease(name, holder, until(), new Date().toISOString())
+  if (got === 'held') {
+    // Held by a process of this host that is gone (a kill -9, a crash): taken over at once.
+    const other = await pending.leaseHolder(name)
+    if (other && deadHereHolder(other)) got = await pending.takeLease(name, holder, until(), new Date().toISOString(), other)
+  }
   if (got === 'missing') {
     const r = await missing()
     await ctx.repo.pending.reserve(
