@@ -3,7 +3,9 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, truncateSync, unlinkSync
 import { tmpdir } from 'node:os'
 import { dirname, join } from 'node:path'
 import { afterEach, beforeEach, describe, expect, it } from 'vitest'
+import { escapeControls, escapeLine } from './escape.js'
 import { archiveConfig, runCli, seedDataDir } from './test-kit.js'
+import { openDataDir } from './test-seed.js'
 
 let dataDir: string
 beforeEach(() => {
@@ -140,5 +142,50 @@ describe('attach-storage usage', () => {
     expect(undeclared.code).toBe(2)
     expect(undeclared.stderr).toContain('store "nowhere" is not declared')
     expect((await run(['variants', 'make', '--domain', 'demo'])).code).toBe(2)
+  })
+})
+
+describe('attach-storage text reports', () => {
+  const BAD_DOMAIN = 'x\x1b[31m\u202Ey'
+  /** Any of them but TAB and the line feed that ends each line. */
+  const raw = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]/
+
+  it('escape the control and direction characters of stored keys and names (verify, stats, copy-store)', async () => {
+    await seed(1)
+    // A row whose domain holds an ESC sequence and U+202E (no store takes such a key: the file is not there).
+    const { db, repo } = await openDataDir(dataDir)
+    const createdDt = new Date().toISOString()
+    const blob = await repo.reserveBlob({
+      store: 'local',
+      savedDir: `/${BAD_DOMAIN}/2026/11/1/`,
+      savedName: 'f.bin',
+      fileSize: 10,
+      fileType: 'application/octet-stream',
+      sha256: '0'.repeat(64),
+      createdDt,
+    })
+    const record = { refDomain: BAD_DOMAIN, refKey: '1', refCategory: 'default', displayName: 'f.bin', ext: 'bin', fmetaValue: null }
+    await repo.createRecord(blob.id, { ...record, sort: 0, createdBy: null, createdDt }, { requireLive: false, requirePending: true })
+    await db.destroy()
+    const verify = await run(['verify'])
+    expect(verify.code).toBe(1)
+    expect(verify.stdout).not.toMatch(raw)
+    expect(verify.stdout).toContain('unreadable\tlocal\tx\\x1b[31m\\u202ey/2026/11/1/f.bin\n')
+    const stats = await run(['stats'])
+    expect(stats.stdout).not.toMatch(raw)
+    expect(stats.stdout).toContain('x\\x1b[31m\\u202ey\tdefault\tlocal\t1\t10')
+    // A key the store refuses (control characters): copy-store's problem line names it escaped.
+    const copy = await run(['copy-store', '--domain', BAD_DOMAIN, '--to', 'archive', '--config', archiveConfig(dataDir, 'local')])
+    expect(copy.code).toBe(1)
+    expect(copy.stdout).toContain('problem\tlocal\tx\\x1b[31m\\u202ey/')
+    expect(copy.stdout).not.toMatch(raw)
+    expect(copy.stderr).not.toMatch(/\x1b|\u202e/)
+  })
+
+  it('one helper: C0, DEL, C1 and the bidi and separator characters, nothing else', () => {
+    expect(escapeControls('a\x1b[2J\u202e\u0085\x7f\t\u00e9\u061c\u200f\u2066\u2069b\\')).toBe(
+      'a\\x1b[2J\\u202e\\x85\\x7f\\x09\u00e9\\u061c\\u200f\\u2066\\u2069b\\',
+    )
+    expect(escapeLine('k\x1b\tv')).toBe('k\\x1b\tv')
   })
 })

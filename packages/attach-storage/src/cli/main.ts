@@ -7,6 +7,7 @@
 import { Command, CommanderError, InvalidArgumentError } from 'commander'
 import { AttachStorageError } from '../errors.js'
 import { copyStoreCommand } from './copy-store.js'
+import { escapeControls } from './escape.js'
 import { migrateCommand } from './migrate.js'
 import { type CliIo, EXIT, type GlobalOptions, UsageError } from './runtime.js'
 import { statsCommand } from './stats.js'
@@ -84,14 +85,14 @@ export async function main(argv: string[], io: CliIo): Promise<number> {
       return err.exitCode === 0 ? EXIT.ok : EXIT.usage
     }
     if (err instanceof UsageError) {
-      io.stderr.write(`attach-storage: ${err.message}\n`)
+      io.stderr.write(`attach-storage: ${escapeControls(err.message)}\n`)
       return EXIT.usage
     }
     if (err instanceof AttachStorageError && (err.code === 'config-invalid' || err.code === 'migration-failed' || err.status === 400)) {
-      io.stderr.write(`attach-storage: ${err.message}\n`)
+      io.stderr.write(`attach-storage: ${escapeControls(err.message)}\n`)
       return EXIT.usage
     }
-    io.stderr.write(`attach-storage: ${(err as Error)?.message ?? String(err)}\n`)
+    io.stderr.write(`attach-storage: ${escapeControls((err as Error)?.message ?? String(err))}\n`)
     return EXIT.problems
   }
 }
@@ -123,4 +124,6 @@ export async function runProcess(): Promise<void> {
     signal: controller.signal,
   })
   process.exitCode = code
+  // A store call the command stopped waiting for (a stalled store, Ctrl-C) must not keep the process alive.
+  process.stdout.write('', () => process.exit(code))
 }

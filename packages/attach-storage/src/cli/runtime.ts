@@ -3,6 +3,7 @@ import { AttachStorage, contextOf } from '../service/attach-storage.js'
 import type { ServiceContext } from '../service/context.js'
 import type { Logger } from '../service/types.js'
 import type { Store } from '../stores/store.js'
+import { escapeControls, escapeLine } from './escape.js'
 import { type CliEnv, resolveSettings } from './settings.js'
 
 /** Where a command writes, and what stops it. */
@@ -39,8 +40,8 @@ export async function openService(options: GlobalOptions, io: CliIo): Promise<Op
   const { settings, stateDir } = await resolveSettings(options.config, io.env, io.cwd)
   const logger: Logger = {
     info: () => {},
-    warn: (message: string) => io.stderr.write(`${message}\n`),
-    error: (message: string) => io.stderr.write(`${message}\n`),
+    warn: (message: string) => io.stderr.write(`${escapeControls(message)}\n`),
+    error: (message: string) => io.stderr.write(`${escapeControls(message)}\n`),
   }
   // The tool queues and runs no background work of the server's (named variants): it does its own.
   const storage = new AttachStorage({ config: settings, logger, backgroundWork: false })
@@ -100,7 +101,11 @@ export function formatBytes(n: number): string {
   return i === 0 ? `${v} B` : `${v.toFixed(1)} ${units[i]}`
 }
 
-/** Writes the report: JSON with `--json`, else the text lines. */
+/**
+ * Writes the report: JSON with `--json`, else the text lines, each escaped ({@link escapeLine}: no
+ * control or direction character of a stored name reaches the terminal). A field that may itself hold a
+ * TAB is escaped by its command with `escapeControls` first.
+ */
 export function report(io: CliIo, options: GlobalOptions, json: unknown, text: string[]): void {
-  io.stdout.write(options.json ? `${JSON.stringify(json, null, 2)}\n` : `${text.join('\n')}\n`)
+  io.stdout.write(options.json ? `${JSON.stringify(json, null, 2)}\n` : `${text.map(escapeLine).join('\n')}\n`)
 }
