@@ -148,6 +148,7 @@ describe('attach-storage usage', () => {
 describe('attach-storage text reports', () => {
   const BAD_DOMAIN = 'x\x1b[31m\u202Ey'
   /** Any of them but TAB and the line feed that ends each line. */
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: finds the characters a report must not print raw
   const raw = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]/
 
   it('escape the control and direction characters of stored keys and names (verify, stats, copy-store)', async () => {
@@ -179,6 +180,7 @@ describe('attach-storage text reports', () => {
     expect(copy.code).toBe(1)
     expect(copy.stdout).toContain('problem\tlocal\tx\\x1b[31m\\u202ey/')
     expect(copy.stdout).not.toMatch(raw)
+    // biome-ignore lint/suspicious/noControlCharactersInRegex: an ESC printed raw
     expect(copy.stderr).not.toMatch(/\x1b|\u202e/)
   })
 
