@@ -6,6 +6,7 @@ import { completeEditorUpload, discardReceived } from '../../service/uploads.js'
 import { json } from '../respond.js'
 import { defineRoute, type Route } from '../router.js'
 import { serveFile } from '../serve.js'
+import { boundedString, SEGMENT_MAX } from './schemas.js'
 import { receiveUpload } from './uploads.js'
 
 const FUNC_NUM = /^\d{1,10}$/
@@ -21,6 +22,9 @@ const FuncNumQuery = v.object({
   CKEditorFuncNum: v.optional(v.pipe(v.string(), v.regex(FUNC_NUM, 'CKEditorFuncNum must be digits'))),
 })
 
+/** The text parts of an editor upload: `CKEditorFuncNum` (checked to be digits by the route). */
+export const EditorFieldsSchema = v.object({ CKEditorFuncNum: v.optional(boundedString(SEGMENT_MAX)) })
+
 /** The CKEditor routes of the JSON group. */
 export const editorUploadRoutes: Route[] = [
   defineRoute({
@@ -29,7 +33,7 @@ export const editorUploadRoutes: Route[] = [
     params: v.object({ kind: v.picklist(['dnd', 'modal']) }),
     query: FuncNumQuery,
     handle: async ({ params, query }, env) => {
-      const { files, fields } = await receiveUpload(env, ['upload'], v.object({ CKEditorFuncNum: v.optional(v.string()) }))
+      const { files, fields } = await receiveUpload(env, ['upload'], EditorFieldsSchema)
       const funcNum = query.CKEditorFuncNum ?? fields.CKEditorFuncNum
       const badFuncNum = params.kind === 'modal' && (funcNum === undefined || !FUNC_NUM.test(funcNum))
       if (badFuncNum || files.length !== 1) {
@@ -59,7 +63,12 @@ export const editorUploadRoutes: Route[] = [
 /** `{refCategory}/{yyyy}/{MM}/{savedName}` of an editor image. */
 const EditorImageParams = v.object({
   parts: v.pipe(
-    v.strictTuple([v.string(), v.pipe(v.string(), v.regex(/^\d{4}$/)), v.pipe(v.string(), v.regex(/^\d{2}$/)), v.string()]),
+    v.strictTuple([
+      boundedString(SEGMENT_MAX),
+      v.pipe(v.string(), v.regex(/^\d{4}$/)),
+      v.pipe(v.string(), v.regex(/^\d{2}$/)),
+      boundedString(SEGMENT_MAX),
+    ]),
     v.transform(([refCategory, yyyy, MM, savedName]) => ({ refCategory, yyyy, MM, savedName })),
   ),
 })

@@ -11,13 +11,18 @@ const SIZE = 'size must be the number of bytes the client will send (an integer 
 /** `{refDomain, refCategory?, fileName, size, type?}`: where the file goes, its name and its exact length. */
 export const PresignBodySchema = jsonObject(
   {
-    refDomain: v.pipe(v.string('refDomain must be a string'), v.nonEmpty('refDomain is required')),
+    refDomain: v.pipe(
+      v.string('refDomain must be a string'),
+      v.maxLength(1024, 'refDomain is too long'),
+      v.nonEmpty('refDomain is required'),
+    ),
     refCategory: v.pipe(
-      v.optional(v.string('refCategory must be a string'), ''),
+      v.optional(v.pipe(v.string('refCategory must be a string'), v.maxLength(1024, 'refCategory is too long')), ''),
       v.transform((c) => (c === '' ? 'default' : c)),
     ),
     fileName: v.pipe(
       v.string('fileName must be a string'),
+      v.maxLength(4096, 'fileName must be a file name of at most 4096 characters'),
       v.check((s) => cleanDisplayName(s, '') !== '', 'fileName must be a non-empty file name'),
     ),
     size: v.pipe(v.number(SIZE), v.safeInteger(SIZE), v.minValue(0, SIZE)),

@@ -8,9 +8,21 @@ import { cleanDisplayName, cleanText } from '../../service/names.js'
 import { jsonObject } from '../../validation.js'
 import { defineRoute, type Route } from '../router.js'
 import { json } from '../respond.js'
-import { LookupQuerySchema, LooseIntegerSchema, PositiveIdSchema, RefKeySchema } from './schemas.js'
+import {
+  boundedArray,
+  boundedString,
+  LookupQuerySchema,
+  LooseIntegerSchema,
+  NAME_MAX,
+  PositiveIdSchema,
+  RECORDS_MAX,
+  RefKeySchema,
+  SEGMENT_MAX,
+  SegmentSchema,
+  TEXT_MAX,
+} from './schemas.js'
 
-const Segment = v.pipe(v.string(), v.nonEmpty())
+const Segment = SegmentSchema
 
 const ReferenceParams = v.object({ refDomain: Segment, refKey: Segment, refCategory: v.optional(Segment) })
 
@@ -27,47 +39,59 @@ const CommaList = v.pipe(
 
 /** `refDomain`, `refKeyList` (at most 1000 keys) and `refCategoryList` of the conditional list. */
 const ListQuery = v.object({
-  refDomain: v.pipe(v.string('refDomain is required'), v.nonEmpty('refDomain is required')),
+  refDomain: v.pipe(boundedString(SEGMENT_MAX, 'refDomain is required'), v.nonEmpty('refDomain is required')),
   refKeyList: v.pipe(
     v.string('refKeyList is required'),
+    v.maxLength(1000 * 256, 'refKeyList may name at most 1000 keys'),
     CommaList,
     v.minLength(1, 'refKeyList is required'),
     v.maxLength(1000, 'refKeyList may name at most 1000 keys'),
   ),
-  refCategoryList: v.optional(CommaList),
+  refCategoryList: v.optional(v.pipe(boundedString(64 * 1024), CommaList)),
 })
 
 const DirectUrlBody = jsonObject(
   {
-    refDomain: v.string('refDomain is required'),
+    refDomain: boundedString(SEGMENT_MAX, 'refDomain is required'),
     refKey: RefKeySchema,
-    refCategory: v.optional(v.string(), 'default'),
+    refCategory: v.optional(boundedString(SEGMENT_MAX), 'default'),
     index: v.optional(LooseIntegerSchema('index must be a non-negative integer', 0), 0),
   },
   'The body must be a JSON object',
 )
 
-/** The records to delete: `[{id}]`. */
-const IdList = v.array(v.object({ id: PositiveIdSchema }), 'The body must be an array of attachment records')
+/** The records to delete: `[{id}]`, at most {@link RECORDS_MAX}. */
+const IdList = boundedArray(
+  v.object({ id: PositiveIdSchema }),
+  RECORDS_MAX,
+  `The body must be an array of attachment records (at most ${RECORDS_MAX})`,
+)
 
 const DISPLAY_NAME = 'displayName must be a non-empty string'
 
-/** The records' new metadata: `[{id, displayName?, ext?, fmetaValue?, sort?}]`, cleaned as stored. */
-const MetadataList = v.array(
+/** `ext` or `fmetaValue` as clients send it (text, a number, or null), kept as text of at most 1024 units. */
+const LooseText = v.pipe(
+  v.nullable(v.union([boundedString(TEXT_MAX), v.number(), v.boolean()])),
+  v.transform((x) => cleanText(x)),
+)
+
+/** The records' new metadata: `[{id, displayName?, ext?, fmetaValue?, sort?}]` (at most {@link RECORDS_MAX}), cleaned as stored. */
+const MetadataList = boundedArray(
   v.object({
     id: PositiveIdSchema,
     displayName: v.optional(
       v.pipe(
-        v.string(DISPLAY_NAME),
+        boundedString(NAME_MAX, DISPLAY_NAME),
         v.check((s) => cleanDisplayName(s, '') !== '', DISPLAY_NAME),
         v.transform((s) => cleanDisplayName(s)),
       ),
     ),
-    ext: v.optional(v.pipe(v.unknown(), v.transform(cleanText))),
-    fmetaValue: v.optional(v.pipe(v.unknown(), v.transform(cleanText))),
+    ext: v.optional(LooseText),
+    fmetaValue: v.optional(LooseText),
     sort: v.optional(LooseIntegerSchema('sort must be a non-negative integer', 0)),
   }),
-  'The body must be an array of attachment records',
+  RECORDS_MAX,
+  `The body must be an array of attachment records (at most ${RECORDS_MAX})`,
 )
 
 /** The routes, in the order they are tried. */

@@ -1,6 +1,41 @@
-/** Schemas the routes share: path segments, ids, lookup filters, resize queries. */
+/**
+ * Schemas the routes share: bounded primitives, path segments, ids, lookup filters, resize queries.
+ * Every array, string and record a route accepts has an upper bound (routes/bounds.test.ts walks every
+ * route table and fails on one without): build them from {@link boundedString} and {@link boundedArray}.
+ */
 import * as v from 'valibot'
 import { MAX_DIMENSION } from '../../media/resize.js'
+
+/** A string of at most `max` UTF-16 units. */
+export const boundedString = (max: number, message = `must be a string of at most ${max} characters`) =>
+  v.pipe(v.string(message), v.maxLength(max, message))
+
+/** An array of at most `max` items of `item` (its length is checked before any item is). */
+export const boundedArray = <T extends v.GenericSchema>(item: T, max: number, message = `must be an array of at most ${max} items`) =>
+  v.pipe(
+    v.custom<unknown[]>((x) => !Array.isArray(x) || x.length <= max, message),
+    v.array(item, message),
+    v.maxLength(max, message),
+  )
+
+/**
+ * A value whose schema cannot say its bound because another layer checks it piece by piece (the entries
+ * of an AttachBag, each checked alone by the confirmed save); `why` says which layer, and the bounds test
+ * accepts the value on that word.
+ */
+export const checkedLater = <T extends v.GenericSchema>(schema: T, why: string) => v.pipe(schema, v.metadata({ checkedLater: why }))
+
+/** Longest path segment, domain, category or reference key a route takes (a reference key is at most 255). */
+export const SEGMENT_MAX = 1024
+/** Longest file name a client may send (it is kept cut to 1024 characters, without what names.ts removes). */
+export const NAME_MAX = 4096
+/** Longest free text a route takes (`ext`, `fmetaValue`, a direct path): kept cut to 1024 characters. */
+export const TEXT_MAX = 4096
+/** Most records one PUT or POST delete names (each is checked and changed in one transaction). */
+export const RECORDS_MAX = 1000
+
+/** A path segment, domain, category or reference key: non-empty, at most {@link SEGMENT_MAX} units. */
+export const SegmentSchema = v.pipe(boundedString(SEGMENT_MAX), v.nonEmpty())
 
 /** `view` or `download`: how the binary group answers a file. */
 export const ActionSchema = v.picklist(['view', 'download'])
@@ -20,16 +55,24 @@ export const PositiveIdSchema = v.pipe(
 
 /** A number or a numeric string (older clients send either), as a number. */
 export const LooseIntegerSchema = (message: string, min: number) =>
-  v.pipe(v.union([v.number(), v.string()], message), v.transform(Number), v.safeInteger(message), v.minValue(min, message))
+  v.pipe(
+    v.union([v.number(), v.pipe(v.string(), v.maxLength(32, message))], message),
+    v.transform(Number),
+    v.safeInteger(message),
+    v.minValue(min, message),
+  )
 
 /** A reference key as clients send it: a string, or an integer. */
-export const RefKeySchema = v.union([v.string(), v.pipe(v.number(), v.safeInteger(), v.transform(String))], 'must be a string')
+export const RefKeySchema = v.union(
+  [boundedString(SEGMENT_MAX, 'must be a string'), v.pipe(v.number(), v.safeInteger(), v.transform(String))],
+  'must be a string',
+)
 
 /** `ext`, `extAlt` and `fmetaValue` of a lookup or a view by reference. */
 export const LookupQuerySchema = v.object({
-  ext: v.optional(v.string()),
-  extAlt: v.optional(v.string()),
-  fmetaValue: v.optional(v.string()),
+  ext: v.optional(boundedString(TEXT_MAX)),
+  extAlt: v.optional(boundedString(TEXT_MAX)),
+  fmetaValue: v.optional(boundedString(TEXT_MAX)),
 })
 
 const dimension = v.optional(

@@ -7,7 +7,18 @@ import * as serving from '../../service/serving.js'
 import { parseInput } from '../../validation.js'
 import { defineRoute, type Route } from '../router.js'
 import { serveFile } from '../serve.js'
-import { ActionSchema, IdSegmentSchema, IndexSegmentSchema, LookupQuerySchema, ResizeQuerySchema } from './schemas.js'
+import {
+  ActionSchema,
+  IdSegmentSchema,
+  IndexSegmentSchema,
+  LookupQuerySchema,
+  ResizeQuerySchema,
+  SEGMENT_MAX,
+  TEXT_MAX,
+} from './schemas.js'
+
+/** A path segment of at most SEGMENT_MAX units (what it names is checked by the use case). */
+const Part = v.pipe(v.string(), v.maxLength(SEGMENT_MAX))
 
 /** The resize request of a view's query; `format=auto` picks AVIF or WebP from `Accept` (answers vary by it). */
 export function resizeOf(q: v.InferOutput<typeof ResizeQuerySchema>, accept: string | null): ResizeRequest | undefined {
@@ -45,10 +56,10 @@ export const servingRoutes: Route[] = [
     path: 'attach/:action/:refDomain/:refKey/:refCategory/:idx?',
     params: v.object({
       action: ActionSchema,
-      refDomain: v.string(),
-      refKey: v.string(),
-      refCategory: v.string(),
-      idx: v.optional(v.string()),
+      refDomain: Part,
+      refKey: Part,
+      refCategory: Part,
+      idx: v.optional(Part),
     }),
     query: ByReferenceQuery,
     handle: async ({ params, query }, { ctx, access, request }) => {
@@ -71,7 +82,7 @@ export const servingRoutes: Route[] = [
   defineRoute({
     method: 'GET',
     path: 'attach-temp/:action/:refDomain/:refCategory/:savedName',
-    params: v.object({ action: ActionSchema, refDomain: v.string(), refCategory: v.string(), savedName: v.string() }),
+    params: v.object({ action: ActionSchema, refDomain: Part, refCategory: Part, savedName: Part }),
     handle: async ({ params }, { storage, ctx, access, request }) => {
       const { action, ...file } = params
       // A guarded temporary file is its uploader's only: who asks, as the request's token says.
@@ -82,8 +93,8 @@ export const servingRoutes: Route[] = [
   defineRoute({
     method: 'GET',
     path: 'attach-direct/:action/:refDomain/:refCategory',
-    params: v.object({ action: ActionSchema, refDomain: v.string(), refCategory: v.string() }),
-    query: v.object({ path: v.optional(v.string()) }),
+    params: v.object({ action: ActionSchema, refDomain: Part, refCategory: Part }),
+    query: v.object({ path: v.optional(v.pipe(v.string(), v.maxLength(TEXT_MAX))) }),
     handle: async ({ params, query }, { ctx, access, request }) => {
       const { action, ...where } = params
       return serveFile(request, await serving.resolveDirect(ctx, { ...where, path: query.path ?? null }, access), action)

@@ -7,10 +7,11 @@ import { parseInput } from '../../validation.js'
 import { receiveMultipart } from '../multipart.js'
 import { json } from '../respond.js'
 import { defineRoute, type Route, type RouteEnv } from '../router.js'
+import { boundedString, SEGMENT_MAX } from './schemas.js'
 
 /** A JSON object given as a text part. */
 const JsonObjectText = v.pipe(
-  v.string(),
+  boundedString(64 * 1024),
   v.rawTransform(({ dataset, addIssue, NEVER }) => {
     try {
       const parsed: unknown = JSON.parse(dataset.value)
@@ -25,19 +26,19 @@ const JsonObjectText = v.pipe(
 
 /** The text parts of an upload: where the files go, the request filters, and the answer's key. */
 export const UploadFieldsSchema = v.object({
-  refDomain: v.pipe(v.string('refDomain is required'), v.nonEmpty('refDomain is required')),
+  refDomain: v.pipe(boundedString(SEGMENT_MAX, 'refDomain is required'), v.nonEmpty('refDomain is required')),
   refCategory: v.pipe(
-    v.optional(v.string(), ''),
+    v.optional(boundedString(SEGMENT_MAX), ''),
     v.transform((c) => (c === '' ? 'default' : c)),
   ),
   filters: v.pipe(
-    v.optional(v.string(), ''),
+    v.optional(boundedString(64 * 1024), ''),
     v.transform((f) => (f === '' ? undefined : f)),
     v.optional(JsonObjectText),
   ),
   /** The answer's member name (`files` by default); one that is no identifier is ignored. */
   resultKey: v.pipe(
-    v.optional(v.string(), 'files'),
+    v.optional(boundedString(SEGMENT_MAX), 'files'),
     v.transform((k) => (/^[A-Za-z_$][\w$]{0,63}$/.test(k) ? k : 'files')),
   ),
 })

@@ -17,13 +17,16 @@ const ZipBody = jsonObject(
         ),
       ),
     ),
-    ids: v.array(
-      v.pipe(
-        v.number('ids must be positive integers'),
-        v.safeInteger('ids must be positive integers'),
-        v.minValue(1, 'ids must be positive integers'),
+    ids: v.pipe(
+      v.array(
+        v.pipe(
+          v.number('ids must be positive integers'),
+          v.safeInteger('ids must be positive integers'),
+          v.minValue(1, 'ids must be positive integers'),
+        ),
+        'ids must be a non-empty array of attachment ids',
       ),
-      'ids must be a non-empty array of attachment ids',
+      v.maxLength(10_000, 'ids may name at most 10000 attachments'),
     ),
   },
   'The body must be a JSON object {title, ids}',
