@@ -165,6 +165,15 @@ export class AttachRepository {
     }
   }
 
+  /**
+   * SQLite answers each statement without giving the event loop a turn: between the chunks of a long
+   * transaction, timers and other requests get one (their own queries wait for the connection as they
+   * would anyway).
+   */
+  async #breathe(): Promise<void> {
+    if (this.#dialect === 'sqlite') await new Promise((resolve) => setTimeout(resolve, 0))
+  }
+
   /** Inserts a pending blob (`ref_count` 0): its file is being written and no record uses it yet. */
   async reserveBlob(blob: NewBlob): Promise<BlobRecord> {
     assertSize(blob.fileSize)
@@ -203,7 +212,6 @@ export class AttachRepository {
   ): Promise<AttachmentRecord | null> {
     assertId(blobId, 'blobId')
     assertSort(rec.sort)
-    const createdBy = rec.createdBy === null || rec.createdBy === undefined ? null : String(rec.createdBy)
     return this.#transaction(async (trx) => {
       let claim = trx
         .updateTable(BLOB_TABLE)
@@ -216,26 +224,7 @@ export class AttachRepository {
       if (Number(claimed.numUpdatedRows) === 0) return null
 
       const blob = await selectBlob(trx, blobId)
-      const values = {
-        ref_domain: rec.refDomain,
-        ref_key: rec.refKey,
-        ref_category: rec.refCategory,
-        display_name: rec.displayName,
-        saved_name: blob.saved_name,
-        saved_dir: blob.saved_dir,
-        file_type: blob.file_type,
-        file_size: toNumber(blob.file_size),
-        ext: rec.ext ?? null,
-        fmeta_value: rec.fmetaValue ?? null,
-        sort: rec.sort,
-        created_by: createdBy,
-        created_dt: rec.createdDt,
-        deleted: 0,
-        deleted_dt: null,
-        sha256: blob.sha256,
-        store: blob.store,
-        blob_id: blobId,
-      }
+      const values = recordRow(rec, blob)
       if (this.#dialect === 'mysql') {
         const result = await trx.insertInto(FILE_TABLE).values(values).executeTakeFirstOrThrow()
         const row = await trx.selectFrom(FILE_TABLE).selectAll().where('id', '=', Number(result.insertId)).executeTakeFirstOrThrow()
@@ -379,7 +368,6 @@ export class AttachRepository {
     return rows.map(mapRecord)
   }
 
-  /** Sets the `sort` of a live record, only when it belongs to `ref`. True when a row was updated. */
   /** The conditional list of live records of several references, by {@link ATTACHMENT_LIST}. */
   async listConditional(input: ConditionalListInput): Promise<ListResult<AttachmentRecord>> {
     const { refDomain, refKeys, refCategories, cap } = input
@@ -393,6 +381,107 @@ export class AttachRepository {
     })
   }
 
+  /**
+   * The database work of one confirmed save, in one transaction: the re-sorts (a few statements per
+   * category, whatever their number) and the records of reused files (`requireLive`: one claim per blob,
+   * inserted together). Answers, in the input's order, whether each re-sort found its live record of
+   * `ref` (`id` and `refCategory`), and each reuse's record, or null when its blob is no longer live.
+   * Give each `(id, refCategory)` once.
+   */
+  async applySave(
+    ref: { refDomain: string; refKey: string },
+    sorts: Array<{ id: number; refCategory: string; sort: number }>,
+    reuses: Array<{ blobId: number; rec: NewRecord }>,
+  ): Promise<{ sorted: boolean[]; created: Array<AttachmentRecord | null> }> {
+    for (const s of sorts) assertSort(s.sort)
+    for (const r of reuses) {
+      assertId(r.blobId, 'blobId')
+      assertSort(r.rec.sort)
+    }
+    if (sorts.length === 0 && reuses.length === 0) return { sorted: [], created: [] }
+    return this.#transaction(async (trx) => {
+      const sorted = sorts.map(() => false)
+      const byCategory = new Map<string, number[]>()
+      sorts.forEach((s, i) => {
+        if (!isId(s.id)) return
+        const list = byCategory.get(s.refCategory) ?? []
+        list.push(i)
+        byCategory.set(s.refCategory, list)
+      })
+      const sortValue = (n: number) => (this.#dialect === 'postgres' ? sql<number>`cast(${n} as integer)` : sql<number>`${n}`)
+      for (const [refCategory, indexes] of byCategory) {
+        for (const part of chunk(indexes, IN_CHUNK)) {
+          const ours = (q: any) =>
+            q
+              .where(
+                'id',
+                'in',
+                part.map((i) => sorts[i]!.id),
+              )
+              .where('ref_domain', '=', ref.refDomain)
+              .where('ref_key', '=', ref.refKey)
+              .where('ref_category', '=', refCategory)
+              .where('deleted', '=', 0)
+          const found = new Set(
+            (await ours(trx.selectFrom(FILE_TABLE).select('id')).execute()).map((r: { id: DbInteger }) => toNumber(r.id)),
+          )
+          const hits = part.filter((i) => found.has(sorts[i]!.id))
+          if (hits.length === 0) continue
+          const cases = sql.join(
+            hits.map((i) => sql`when ${sorts[i]!.id} then ${sortValue(sorts[i]!.sort)}`),
+            sql` `,
+          )
+          await ours(trx.updateTable(FILE_TABLE).set({ sort: sql<number>`case id ${cases} else sort end` })).execute()
+          for (const i of hits) sorted[i] = true
+          await this.#breathe()
+        }
+      }
+
+      const created: Array<AttachmentRecord | null> = reuses.map(() => null)
+      const byBlob = new Map<number, number[]>()
+      reuses.forEach((r, i) => {
+        const list = byBlob.get(r.blobId) ?? []
+        list.push(i)
+        byBlob.set(r.blobId, list)
+      })
+      const now = new Date().toISOString()
+      for (const [blobId, indexes] of [...byBlob].sort(([a], [b]) => a - b)) {
+        // One claim per blob for all its new records; a blob no longer live takes none.
+        const claimed = await trx
+          .updateTable(BLOB_TABLE)
+          .set({ ref_count: sql<number>`ref_count + ${indexes.length}`, updated_dt: now })
+          .where('id', '=', blobId)
+          .where('ref_count', '>', 0)
+          .executeTakeFirst()
+        if (Number(claimed.numUpdatedRows) === 0) continue
+        const blob = await selectBlob(trx, blobId)
+        if (this.#dialect === 'mysql') {
+          for (const i of indexes) {
+            const result = await trx.insertInto(FILE_TABLE).values(recordRow(reuses[i]!.rec, blob)).executeTakeFirstOrThrow()
+            const row = await trx.selectFrom(FILE_TABLE).selectAll().where('id', '=', Number(result.insertId)).executeTakeFirstOrThrow()
+            created[i] = mapRecord(row)
+          }
+          continue
+        }
+        for (const part of chunk(indexes, 50)) {
+          const rows = await trx
+            .insertInto(FILE_TABLE)
+            .values(part.map((i) => recordRow(reuses[i]!.rec, blob)))
+            .returningAll()
+            .execute()
+          // The ids of one statement's rows follow the order of its values.
+          rows.sort((a, b) => toNumber(a.id) - toNumber(b.id))
+          part.forEach((i, k) => {
+            created[i] = mapRecord(rows[k]!)
+          })
+          await this.#breathe()
+        }
+      }
+      return { sorted, created }
+    })
+  }
+
+  /** Sets the `sort` of a live record, only when it belongs to `ref`. True when a row was updated. */
   async updateSort(id: number, ref: RecordReference, sort: number): Promise<boolean> {
     assertSort(sort)
     if (!isId(id)) return false
@@ -677,6 +766,30 @@ export class AttachRepository {
   /** Closes the database (`db.destroy()`). */
   async close(): Promise<void> {
     await this.#db.destroy()
+  }
+}
+
+/** The row of a new record bound to `blob`: the file part is the blob's. */
+function recordRow(rec: NewRecord, blob: BlobRow) {
+  return {
+    ref_domain: rec.refDomain,
+    ref_key: rec.refKey,
+    ref_category: rec.refCategory,
+    display_name: rec.displayName,
+    saved_name: blob.saved_name,
+    saved_dir: blob.saved_dir,
+    file_type: blob.file_type,
+    file_size: toNumber(blob.file_size),
+    ext: rec.ext ?? null,
+    fmeta_value: rec.fmetaValue ?? null,
+    sort: rec.sort,
+    created_by: rec.createdBy === null || rec.createdBy === undefined ? null : String(rec.createdBy),
+    created_dt: rec.createdDt,
+    deleted: 0,
+    deleted_dt: null,
+    sha256: blob.sha256,
+    store: blob.store,
+    blob_id: toNumber(blob.id),
   }
 }
 

@@ -3,6 +3,7 @@ import { queueNamedVariants } from './variants.js'
 import { AttachStorageError, badRequest, forbidden, notFound } from '../errors.js'
 import { extensionOf } from '../media/sniff.js'
 import type { AttachmentRecord, AttachmentView, BlobRecord } from '../model.js'
+import type { NewRecord } from '../repository/attach-repository.js'
 import type { RegisteredCategory } from '../registry/registry.js'
 import type { Store } from '../stores/store.js'
 import { mayChange, mayChangeEntity, mayRead, sameUser } from './access.js'
@@ -12,7 +13,7 @@ import { cleanDisplayName, cleanText } from './names.js'
 import { deleteRecords } from './records.js'
 import { readHead, readTmpMeta, tmpKey, tmpMetaKey } from './temporary.js'
 import { parseInput } from '../validation.js'
-import { AttachBagSchema, type AttachBagInput } from './bag.js'
+import { AttachBagSchema, type AttachBagInput, checkEntryCount } from './bag.js'
 import { type AccessContext, accessOf, type AttachBag, type AttachBagEntry, type AuthUser, type SaveFailure } from './types.js'
 import { runFilters, transfer } from './uploads.js'
 import { readableViews } from './urls.js'
@@ -25,17 +26,35 @@ function positiveId(x: unknown): number | undefined {
   return Number.isSafeInteger(id) && id > 0 ? id : undefined
 }
 
+/** Most failures an `attach-save-failure` lists (with `failureCount`, all of them): its body stays small. */
+export const FAILURES_LISTED = 100
+
+/** Where an entry goes: its reference and category, its index (the `sort`), the placing date, the caller. */
+interface EntryPlace {
+  refDomain: string
+  refKey: string
+  refCategory: string
+  sort: number
+  date: Date
+  access: AccessContext
+}
+
 /**
  * Confirmed save of an AttachBag for `(refDomain, refKey)`, files placed by `date` (call time by
- * default). Entries are independent: every failure is collected, the successes stay saved, and a
- * partial failure throws `attach-save-failure` (500) with `failures`; resending only those completes
- * the save. Resolves with the reference's records of the bag's categories, in `sort` order.
+ * default). At most `save.maxEntries` entries in all (400 `too-many-entries`, before anything is read).
+ * Entries are independent: every failure is collected, the successes stay saved, and a partial failure
+ * throws `attach-save-failure` (500) with `failureCount` and the first {@link FAILURES_LISTED}
+ * `failures`; resending only those completes the save. Deletions go first (one transaction); each new
+ * file is committed crash-safely on its own; the re-sorts and the reuses are then written in one
+ * transaction, a few statements whatever their number. Resolves with the reference's records of the
+ * bag's categories, in `sort` order.
  */
 export async function commitBag(
   ctx: ServiceContext,
   input: { refDomain: string; refKey: string | number; bag: AttachBagInput },
   options: { access: AccessContext; date?: Date },
 ): Promise<AttachmentView[]> {
+  checkEntryCount(input.bag, ctx.config.save.maxEntries)
   const domain = ctx.registry.domain(input.refDomain)
   const refDomain = domain.name
   const refKey = checkRefKey(input.refKey)
@@ -43,7 +62,7 @@ export async function commitBag(
   const user = access.user
   const b = input.bag
   if (b.refDomain !== undefined && b.refDomain !== refDomain) {
-    throw badRequest(`The AttachBag's refDomain "${String(b.refDomain)}" differs from "${refDomain}"`)
+    throw badRequest(`The AttachBag's refDomain "${String(b.refDomain).slice(0, 100)}" differs from "${refDomain}"`)
   }
   const categories: Array<[string, unknown[]]> = []
   for (const [key, value] of Object.entries(b)) {
@@ -73,17 +92,24 @@ export async function commitBag(
 
   const date = options.date ?? ctx.now()
   const failures: SaveFailure[] = []
-  const fail = (refCategory: string, index: number, entry: unknown, reason: string, code: string) =>
-    failures.push({
-      code,
+  let failureCount = 0
+  const fail = (refCategory: string, index: number, entry: unknown, reason: string, code: string) => {
+    failureCount++
+    if (failures.length >= FAILURES_LISTED) return
+    const name = entry && typeof entry === 'object' ? (entry as AttachBagEntry).displayName : undefined
+    failures.push({ code, refCategory, index, displayName: typeof name === 'string' ? cleanDisplayName(name, '') : '', reason })
+  }
+  const failWith = (refCategory: string, index: number, entry: unknown, err: unknown) => {
+    const mine = err instanceof AttachStorageError && err.status < 500
+    if (!mine) ctx.logger.error(`attach-storage: saving ${refDomain}/${refKey}/${refCategory}[${index}] failed`, err)
+    fail(
       refCategory,
       index,
-      displayName:
-        entry && typeof entry === 'object' && typeof (entry as AttachBagEntry).displayName === 'string'
-          ? ((entry as AttachBagEntry).displayName as string)
-          : '',
-      reason,
-    })
+      entry,
+      mine ? err.message : 'the file could not be saved; retry this entry',
+      mine ? err.code : 'internal-error',
+    )
+  }
 
   // Deletions first, so that a bag may replace a file in one save.
   const delIds = new Set<number>()
@@ -96,72 +122,169 @@ export async function commitBag(
   await deleteRecords(ctx, [...delIds])
 
   const created: AttachmentRecord[] = []
+  /** The re-sorts, one per `(category, id)` (the last entry's index wins), and the entries asking it. */
+  const sorts = new Map<string, { id: number; refCategory: string; sort: number; asked: Array<{ index: number; entry: unknown }> }>()
+  const reuses: Array<{ refCategory: string; index: number; entry: unknown; blobId: number; rec: NewRecord }> = []
+  const reuseChecks = new Map<string, Promise<ReuseSource>>()
   for (const [refCategory, entries] of categories) {
     for (let index = 0; index < entries.length; index++) {
       const entry = entries[index]
-      try {
-        const rec = await commitEntry(ctx, entry, {
-          refDomain,
-          refKey,
-          refCategory,
-          sort: index,
-          date,
-          access,
-        })
-        if (rec) created.push(rec)
-      } catch (err) {
-        const reason = err instanceof AttachStorageError && err.status < 500 ? err.message : 'the file could not be saved; retry this entry'
-        if (!(err instanceof AttachStorageError) || err.status >= 500) {
-          ctx.logger.error(`attach-storage: saving ${refDomain}/${refKey}/${refCategory}[${index}] failed`, err)
+      // Malformed entries and re-sorts cost no exception and no await: a bag of a thousand stays cheap.
+      if (!entry || typeof entry !== 'object' || Array.isArray(entry)) {
+        fail(refCategory, index, entry, 'entry must be an object', 'bad-request')
+        continue
+      }
+      const e = entry as AttachBagEntry
+      if (e.id !== undefined && e.id !== null) {
+        const id = Number(e.id)
+        if (!Number.isSafeInteger(id) || id <= 0) fail(refCategory, index, entry, 'id must be a positive integer', 'bad-request')
+        else {
+          const key = `${refCategory}\u0000${id}`
+          const known = sorts.get(key)
+          if (known) {
+            known.sort = index
+            known.asked.push({ index, entry })
+          } else sorts.set(key, { id, refCategory, sort: index, asked: [{ index, entry }] })
         }
-        fail(refCategory, index, entry, reason, err instanceof AttachStorageError && err.status < 500 ? err.code : 'internal-error')
+        continue
+      }
+      const at: EntryPlace = { refDomain, refKey, refCategory, sort: index, date, access }
+      try {
+        if (e.savedDir !== undefined && e.savedDir !== null) {
+          reuses.push({ refCategory, index, entry, ...(await planReuse(ctx, e, at, reuseChecks)) })
+        } else {
+          created.push(await commitEntry(ctx, entry, at))
+        }
+      } catch (err) {
+        failWith(refCategory, index, entry, err)
       }
     }
   }
+  // The re-sorts and the reuses' records: one transaction.
+  const sortList = [...sorts.values()]
+  const applied = await ctx.repo.applySave({ refDomain, refKey }, sortList, reuses)
+  sortList.forEach((s, i) => {
+    if (applied.sorted[i]) return
+    for (const { index, entry } of s.asked) {
+      fail(s.refCategory, index, entry, `attachment ${s.id} does not belong to ${refDomain}/${refKey}/${s.refCategory}`, 'bad-request')
+    }
+  })
+  reuses.forEach((r, i) => {
+    const rec = applied.created[i]
+    if (rec) created.push(rec)
+    else fail(r.refCategory, r.index, r.entry, `The saved file ${r.rec.displayName} was deleted meanwhile`, 'not-found')
+  })
+
   if (created.length) {
     ctx.events.emit('saved', { refDomain, refKey, records: created, user })
     // Queued before the answer: the retry of a save whose answer was lost queues them again.
     await queueNamedVariants(ctx, created)
   }
-  if (failures.length) {
+  if (failureCount) {
+    const listed = failureCount > failures.length ? `; the first ${failures.length} are listed in failures` : ''
     throw new AttachStorageError(
       'attach-save-failure',
-      `${failures.length} of the attachments could not be saved; resend only the entries listed in failures`,
-      { status: 500, details: { success: false, failures } },
+      `${failureCount} of the attachments could not be saved${listed}; resend only the entries listed in failures`,
+      { status: 500, details: { success: false, failureCount, failures } },
     )
   }
-  const all = await ctx.repo.listByReference(refDomain, refKey)
   const wanted = new Set(categories.map(([c]) => c))
-  return (await readableViews(ctx, all, access)).filter((v) => wanted.has(v.refCategory))
+  // Whole categories are left out, so the positions (`idx`) within the others stay as they are.
+  const all = (await ctx.repo.listByReference(refDomain, refKey)).filter((r) => wanted.has(r.refCategory))
+  // Reading and describing a thousand records are two pieces of work: other requests get a turn between.
+  await new Promise((resolve) => setImmediate(resolve))
+  return readableViews(ctx, all, access)
+}
+
+/** An entry as an object, else a 400 that fails it. */
+function entryOf(entry: unknown): AttachBagEntry {
+  if (!entry || typeof entry !== 'object' || Array.isArray(entry)) throw badRequest('entry must be an object')
+  return entry as AttachBagEntry
+}
+
+/** A saved file found for reuse, with the record that lets the caller see it. */
+interface ReuseSource {
+  blob: BlobRecord
+  holder: AttachmentRecord
 }
 
 /**
- * One entry of a confirmed save at its index: a re-sort (`id`), a reuse (`savedDir`) or a temporary file
- * committed crash-safely. Resolves with the new record, or undefined for a re-sort; throws to fail the entry.
+ * The record a `savedDir` entry (the reuse of a stored file: a new record, no copy) is to make, once the
+ * caller may see that file and the target category's filters passed on its bytes. The file's checks are
+ * made once per file and category in a save (`checks`), however many entries reuse it.
  */
-export async function commitEntry(
+async function planReuse(
   ctx: ServiceContext,
-  entry: unknown,
-  at: {
-    refDomain: string
-    refKey: string
-    refCategory: string
-    sort: number
-    date: Date
-    access: AccessContext
-  },
-): Promise<AttachmentRecord | undefined> {
-  if (!entry || typeof entry !== 'object' || Array.isArray(entry)) throw badRequest('entry must be an object')
-  const e = entry as AttachBagEntry
+  e: AttachBagEntry,
+  at: EntryPlace,
+  checks: Map<string, Promise<ReuseSource>>,
+): Promise<{ blobId: number; rec: NewRecord }> {
+  if (typeof e.savedName !== 'string' || !SAVED_NAME.test(e.savedName)) {
+    throw badRequest('savedName must be the name a temporary upload answered')
+  }
+  const savedName = e.savedName
+  const source = parseRegularSavedDir(e.savedDir)
+  if (!source) throw badRequest('savedDir is not the directory of a saved attachment')
+  const savedDir = e.savedDir as string
+  const key = `${at.refCategory}\u0000${savedDir}\u0000${savedName}`
+  let check = checks.get(key)
+  if (!check) {
+    check = checkReuse(ctx, { ...source, savedDir, savedName }, at)
+    checks.set(key, check)
+  }
+  const { blob, holder } = await check
+  return {
+    blobId: blob.id,
+    rec: {
+      refDomain: at.refDomain,
+      refKey: at.refKey,
+      refCategory: at.refCategory,
+      displayName: cleanDisplayName(e.displayName, holder.displayName),
+      ext: cleanText(e.ext),
+      fmetaValue: cleanText(e.fmetaValue),
+      sort: at.sort,
+      createdBy: at.access.user?.id ?? null,
+      createdDt: ctx.now().toISOString(),
+    },
+  }
+}
+
+/** The checks of one reused file for one category: it is live, the caller may read it, the category's filters pass. */
+async function checkReuse(
+  ctx: ServiceContext,
+  source: { refDomain: string; refKey: string; savedDir: string; savedName: string },
+  at: EntryPlace,
+): Promise<ReuseSource> {
+  const { savedDir, savedName } = source
+  const domain = ctx.registry.domain(at.refDomain)
+  const category = ctx.registry.category(at.refDomain, at.refCategory)
+  const sourceDomain = ctx.registry.domain(source.refDomain)
+  const blob = await ctx.repo.findBlob(sourceDomain.store, savedDir, savedName)
+  if (!blob || blob.refCount <= 0) throw notFound(`No saved file ${savedDir}${savedName}`)
+  const holders = (await ctx.repo.listByReference(source.refDomain, source.refKey)).filter((r) => r.blobId === blob.id)
+  const holder = holders[0]
+  if (!holder) throw notFound(`No saved file ${savedDir}${savedName}`)
+  if (!(await mayRead(ctx, at.access, holder))) throw forbidden(`The file ${savedName} may not be reused here`)
+  if (sourceDomain.store !== domain.store) throw badRequest('savedDir reuse across stores is not possible')
+  // The target category's filters run on the stored bytes, as for a temporary file of another category.
+  await refilter(
+    ctx,
+    category,
+    { displayName: holder.displayName, size: blob.fileSize, type: blob.fileType, sha256: blob.sha256 },
+    ctx.store(blob.store),
+    storeKey(blob.savedDir, blob.savedName),
+  )
+  return { blob, holder }
+}
+
+/**
+ * One entry of a confirmed save at its index that commits a temporary file, crash-safely. Resolves with
+ * the new record; throws to fail the entry. (Re-sorts and reuses are written together by {@link commitBag}.)
+ */
+async function commitEntry(ctx: ServiceContext, entry: unknown, at: EntryPlace): Promise<AttachmentRecord> {
+  const e = entryOf(entry)
   const ext = cleanText(e.ext)
   const fmetaValue = cleanText(e.fmetaValue)
-  if (e.id !== undefined && e.id !== null) {
-    const id = Number(e.id)
-    if (!Number.isSafeInteger(id) || id <= 0) throw badRequest('id must be a positive integer')
-    const ok = await ctx.repo.updateSort(id, at, at.sort)
-    if (!ok) throw badRequest(`attachment ${id} does not belong to ${at.refDomain}/${at.refKey}/${at.refCategory}`)
-    return
-  }
   if (typeof e.savedName !== 'string' || !SAVED_NAME.test(e.savedName)) {
     throw badRequest('savedName must be the name a temporary upload answered')
   }
@@ -170,47 +293,6 @@ export async function commitEntry(
   const category = ctx.registry.category(at.refDomain, at.refCategory)
   const createdDt = ctx.now().toISOString()
   const createdBy = at.access.user?.id ?? null
-
-  if (e.savedDir !== undefined && e.savedDir !== null) {
-    // Reuse of a stored file: a new record, no copy. The caller must be able to see that file.
-    const source = parseRegularSavedDir(e.savedDir)
-    if (!source) throw badRequest('savedDir is not the directory of a saved attachment')
-    const sourceDomain = ctx.registry.domain(source.refDomain)
-    const blob = await ctx.repo.findBlob(sourceDomain.store, e.savedDir as string, savedName)
-    if (!blob || blob.refCount <= 0) throw notFound(`No saved file ${e.savedDir as string}${savedName}`)
-    const holders = (await ctx.repo.listByReference(source.refDomain, source.refKey)).filter((r) => r.blobId === blob.id)
-    const holder = holders[0]
-    if (!holder) throw notFound(`No saved file ${e.savedDir as string}${savedName}`)
-    if (!(await mayRead(ctx, at.access, holder))) throw forbidden(`The file ${savedName} may not be reused here`)
-    if (sourceDomain.store !== domain.store) throw badRequest('savedDir reuse across stores is not possible')
-    // The target category's filters run on the stored bytes, as for a temporary file of another category.
-    const reuseStore = ctx.store(blob.store)
-    const reuseKey = storeKey(blob.savedDir, blob.savedName)
-    await refilter(
-      ctx,
-      category,
-      { displayName: holder.displayName, size: blob.fileSize, type: blob.fileType, sha256: blob.sha256 },
-      reuseStore,
-      reuseKey,
-    )
-    const rec = await ctx.repo.createRecord(
-      blob.id,
-      {
-        refDomain: at.refDomain,
-        refKey: at.refKey,
-        refCategory: at.refCategory,
-        displayName: cleanDisplayName(e.displayName, holder.displayName),
-        ext,
-        fmetaValue,
-        sort: at.sort,
-        createdBy,
-        createdDt,
-      },
-      { requireLive: true },
-    )
-    if (!rec) throw notFound(`The saved file ${savedName} was deleted meanwhile`)
-    return rec
-  }
 
   // From the temporary area. Each step leaves a state from which the retry of the same request
   // completes the save: the pending blob remembers the temporary name before the file moves, the record
