@@ -118,6 +118,8 @@ export const TUS_RESPONSE_HEADERS = [
 
 /** The largest JSON body the board routes read, like the JSON group's. */
 const BOARD_JSON_LIMIT = 2 * 1024 * 1024
+/** The longest post text (characters). */
+const BOARD_TEXT_MAX = 1024 * 1024
 
 const json = (body: unknown, status = 200) =>
   new Response(JSON.stringify(body), { status, headers: { 'content-type': 'application/json; charset=utf-8' } })
@@ -334,14 +336,24 @@ export async function createReference(env: ServerEnv = process.env, logger: Logg
     if ((titleRequired || title !== undefined) && (typeof title !== 'string' || title.trim() === '' || title.length > 200)) {
       throw badRequest('title must be a non-empty string of at most 200 characters')
     }
-    if (text !== undefined && typeof text !== 'string') throw badRequest('body must be a string')
+    if (text !== undefined && (typeof text !== 'string' || text.length > BOARD_TEXT_MAX)) {
+      throw badRequest(`body must be a string of at most ${BOARD_TEXT_MAX} characters`)
+    }
     if (attachContainer !== undefined && attachContainer !== null) {
       if (typeof attachContainer !== 'object' || Array.isArray(attachContainer))
         throw badRequest('attachContainer must be an AttachBag object')
       const d = (attachContainer as { refDomain?: unknown }).refDomain
       if (d !== undefined && d !== 'board') throw badRequest('attachContainer.refDomain must be "board"')
-      for (const key of Object.keys(attachContainer)) {
-        if (key !== 'refDomain' && key !== '_deleted') storage.registry.category('board', key)
+      let entries = 0
+      for (const [key, list] of Object.entries(attachContainer)) {
+        if (key === 'refDomain') continue
+        if (key !== '_deleted') storage.registry.category('board', key)
+        if (Array.isArray(list)) entries += list.length
+      }
+      // Refused before the post is written: commitAttachContainer() would refuse it after.
+      const max = storage.config.save.maxEntries
+      if (entries > max) {
+        throw new AttachStorageError('too-many-entries', `attachContainer holds ${entries} entries; at most ${max}`, { status: 400 })
       }
     }
     return { title: title as string | undefined, text: text as string | undefined, attachContainer }
