@@ -270,6 +270,38 @@ export async function resizeRows(ctx: Context, hs: HostileServer, dir: string): 
   )
 }
 
+/** Finding 4, the sibling: variants counted per record, so one file reused into 3 records stores 3 × 16. */
+export async function variantCountRow(_ctx: Context, hs: HostileServer, dir: string): Promise<void> {
+  const small = await photoJpeg(join(dir, 'photo-800x600.jpg'), 800, 600)
+  const ids: number[] = []
+  await hs.row(
+    '4 variants: one 800×600 file in 3 records (savedDir reuse), 20 sizes asked of each',
+    'at most 16 stored (per stored file)',
+    async (s) => {
+      for (const id of ids)
+        for (let w = 20; w <= 400; w += 20) {
+          const a = await call(`${s.base}${ASSETS}/view/${id}?w=${w}`, { keep: 0, timeoutMs: 60_000 })
+          if (a.status !== 200) return { value: `w=${w} of ${id}: ${describe(a)}` }
+        }
+      const { listFiles } = await import('../lib/files.js')
+      const stored = (await listFiles(join(s.dataDir, 'files'))).filter((f) => f.includes('/_v/')).length
+      return { value: `${stored} variant files stored for one file`, asked: stored <= 16 }
+    },
+    async (s) => {
+      const rec = await saveOne(s, small, 'photo.jpg', 'hostile-4b', 'image')
+      ids.push(rec.id)
+      const r = await call(`${s.base}${API}/demo/hostile-4c`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', authorization: `Bearer ${s.bearer}` },
+        body: JSON.stringify({ image: [0, 1].map(() => ({ savedName: rec.savedName, savedDir: rec.savedDir })) }),
+        keep: MiB,
+      })
+      if (r.status !== 200) throw new Error(`reuse: ${describe(r)} ${r.body.toString().slice(0, 200)}`)
+      for (const x of JSON.parse(r.body.toString()).attachList) ids.push(x.id)
+    },
+  )
+}
+
 /** Finding 5: one user's tus creations of 100 MB each. */
 export async function quotaRows(_ctx: Context, hs: HostileServer): Promise<void> {
   await hs.row(

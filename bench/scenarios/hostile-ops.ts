@@ -10,7 +10,7 @@ import { readdirSync, writeFileSync } from 'node:fs'
 import { mkdir, mkdtemp, writeFile } from 'node:fs/promises'
 import http from 'node:http'
 import { join } from 'node:path'
-import { HeadObjectCommand } from '@aws-sdk/client-s3'
+import { HeadObjectCommand, ListObjectsV2Command } from '@aws-sdk/client-s3'
 import { openDataDir, seedFiles } from '../../packages/attach-storage/src/cli/test-seed.js'
 import { LocalStore } from '../../packages/attach-storage/src/stores/local-store.js'
 import { call, describe, HostileServer } from '../lib/hostile-kit.js'
@@ -75,9 +75,12 @@ const countFiles = (dir: string) => {
   }
 }
 
-/** Finding 2: local → other → local → other with --delete-source; do the files survive, what says verify. */
-async function copyStoreRow(ctx: Context, dir: string): Promise<void> {
-  const data = join(dir, 'copy-store')
+/**
+ * Finding 2: local → other → local → other with --delete-source; do the files survive, what says verify.
+ * `other` is a second local folder, or with `s3` the bucket of an s3rver.
+ */
+async function copyStoreRow(ctx: Context, dir: string, s3?: string): Promise<void> {
+  const data = join(dir, s3 ? 'copy-store-s3' : 'copy-store')
   await mkdir(data, { recursive: true })
   const { db, repo } = await openDataDir(data)
   try {
@@ -85,18 +88,27 @@ async function copyStoreRow(ctx: Context, dir: string): Promise<void> {
   } finally {
     await db.destroy()
   }
+  const prefix = `copy-${Date.now()}`
+  const other = s3 ? { ...s3rverStore(s3), prefix } : { type: 'local', 'base-dir': join(data, 'other') }
   const configFor = (store: string) => {
     const path = join(data, `attach-${store}.json`)
     writeFileSync(
       path,
       JSON.stringify({
-        attach: {
-          stores: { local: { type: 'local', 'base-dir': join(data, 'files') }, other: { type: 'local', 'base-dir': join(data, 'other') } },
-          domains: { demo: { store } },
-        },
+        attach: { stores: { local: { type: 'local', 'base-dir': join(data, 'files') }, other }, domains: { demo: { store } } },
       }),
     )
     return path
+  }
+  const countOther = async () => {
+    if (!s3) return countFiles(join(data, 'other', 'demo'))
+    const client = s3rverClient(s3)
+    try {
+      const r = await client.send(new ListObjectsV2Command({ Bucket: 'bench', Prefix: `${prefix}/demo/` }))
+      return r.KeyCount ?? 0
+    } finally {
+      client.destroy()
+    }
   }
   const env = { ATTACH_DATA_DIR: data }
   const steps: string[] = []
@@ -106,14 +118,15 @@ async function copyStoreRow(ctx: Context, dir: string): Promise<void> {
     steps.push(`→ ${to} exit ${last.code}`)
   }
   const verify = await runCli(['verify', '--config', configFor('other')], env)
-  const left = `files left: local ${countFiles(join(data, 'files', 'demo'))}, other ${countFiles(join(data, 'other', 'demo'))}`
+  const inOther = await countOther()
+  const left = `files left: local ${countFiles(join(data, 'files', 'demo'))}, other ${inOther}`
   const lines = verify.out.split('\n')
   const verifyLine = lines.find((l) => /missing/i.test(l)) ?? lines.find((l) => /problem|verified/i.test(l)) ?? lines[0]
   cliRow(ctx, {
-    figure: '2 copy-store: 2 files local → other → local → other, --delete-source each time',
+    figure: `2 copy-store: 2 files local → other → local → other${s3 ? ' (other: S3 on s3rver)' : ''}, --delete-source each time`,
     value: `${left}; verify exit ${verify.code}`,
     target: 'files kept; verify exit 0',
-    asked: verify.code === 0 && countFiles(join(data, 'other', 'demo')) === 2,
+    asked: verify.code === 0 && inOther === 2,
     note: `${steps.join(', ')}; last run: "${last.out.trim().split('\n').slice(-2).join(' / ')}"; verify: "${verifyLine?.trim().replace(/\s+/g, ' ')}"`,
   })
 }
@@ -174,6 +187,10 @@ async function serverRows(ctx: Context, dir: string, want: (n: string) => boolea
   )
   const hs = new HostileServer(ctx, { ATTACH_CONFIG: config, ATTACH_SIGNING_SECRET: SIGNING_SECRET })
   try {
+    if (want('2')) {
+      ctx.log('hostile: 2 copy-store sequence with S3 (s3rver)')
+      await copyStoreRow(ctx, dir, s3.base)
+    }
     if (want('6'))
       await hs.row(
         '6 active content: an uploaded .html on an S3 store with cdn-url',
@@ -353,5 +370,5 @@ export async function opsRows(ctx: Context, _hs: HostileServer, dir: string, wan
       '9 read taken for change',
       'the reference server has no guarded category whose function lets every signed-in user read; the tests cover it',
     )
-  if (want('6') || want('10') || want('11')) await serverRows(ctx, base, want)
+  if (want('2') || want('6') || want('10') || want('11')) await serverRows(ctx, base, want)
 }

@@ -10,7 +10,7 @@ import { HostileServer } from '../lib/hostile-kit.js'
 import { PeakMemory } from '../lib/proc.js'
 import { startReference } from '../lib/reference.js'
 import { judge, MiB, type Context } from '../lib/report.js'
-import { early413Rows, quotaRows, resizeRows, saveEntriesRows, scratch, zipRows } from './hostile-bounds.js'
+import { early413Rows, quotaRows, resizeRows, saveEntriesRows, scratch, variantCountRow, zipRows } from './hostile-bounds.js'
 import { opsRows } from './hostile-ops.js'
 
 /** Sends `size` bytes of `chunk` repeated as the body; resolves with the status once answered. */
@@ -73,6 +73,7 @@ export async function hostileBench(ctx: Context): Promise<void> {
     if (want('1')) await saveEntriesRows(ctx, hs, dir)
     if (want('3')) await zipRows(ctx, hs, dir)
     if (want('4')) await resizeRows(ctx, hs, dir)
+    if (want('4')) await variantCountRow(ctx, hs, dir)
     if (want('5')) await quotaRows(ctx, hs)
     if (want('8')) await early413Rows(ctx, hs)
     await hs.stop()
