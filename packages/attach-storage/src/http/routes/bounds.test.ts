@@ -12,6 +12,7 @@ import { AttachBagSchema } from '../../service/bag.js'
 import { API_ROUTES, ASSET_ROUTES } from '../handler.js'
 import type { Route } from '../router.js'
 import { EditorFieldsSchema } from './editor.js'
+import { parseMetadata } from './tus.js'
 import { boundedArray, boundedString, checkedLater } from './schemas.js'
 import { UploadFieldsSchema } from './uploads.js'
 
@@ -174,6 +175,11 @@ describe('bounds by construction', () => {
   it('finds no array, string or record without an upper bound', () => {
     const found = schemas.flatMap(([name, schema]) => unbounded(schema, name))
     expect(found).toEqual([])
+  })
+
+  it('tus Upload-Metadata, read from a header and not by a schema, is bounded too', () => {
+    expect(parseMetadata(`filename ${Buffer.from('a.txt').toString('base64')}`)).toEqual({ filename: 'a.txt' })
+    expect(() => parseMetadata(`filename ${'QUFB'.repeat(5000)}`)).toThrow(/longer than 16 KiB/)
   })
 
   it('the walk itself sees what is unbounded, and what bounds it', () => {

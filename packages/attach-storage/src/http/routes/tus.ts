@@ -41,6 +41,7 @@ function integerHeader(request: Request, name: string): number | undefined {
 export function parseMetadata(raw: string | null): Record<string, string> {
   const out: Record<string, string> = {}
   if (!raw) return out
+  if (raw.length > 16 * 1024) throw badRequest('Upload-Metadata is longer than 16 KiB')
   for (const pair of raw.split(',')) {
     const [key, value, extra] = pair.trim().split(' ')
     if (!key || extra !== undefined || (value !== undefined && !/^[A-Za-z0-9+/]*={0,2}$/.test(value))) {
