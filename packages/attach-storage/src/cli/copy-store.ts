@@ -165,9 +165,6 @@ interface Verified {
   key: string
 }
 
-/** Why a target copy does not count (and is made again): not there, or not the record's bytes. */
-const STALE = new Set(['missing', 'size', 'sha256'])
-
 /**
  * Removes the source copy of one verified blob, when it is still safe right now: the blob row is live,
  * points at `to`, names the same key and bytes; the target answers the record's size; and no row names
@@ -234,11 +231,7 @@ export async function copyStoreCommand(options: CopyStoreOptions, io: CliIo): Pr
               progress.tick(0)
               return
             }
-            if (!STALE.has(problem.kind)) {
-              problems.push({ blobId: b.id, key, store: to, reason: describe(problem) })
-              progress.tick(0)
-              return
-            }
+            // Missing, different or unreadable: no record uses that copy yet, so it is simply made again.
             recopied++
           }
           const r = await copyBlob(ctx, b, to)

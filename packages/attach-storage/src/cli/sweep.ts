@@ -30,11 +30,15 @@ async function* orphanVariants(ctx: ServiceContext, store: Store, t: SweepTally)
   }
 }
 
-/** Removes (or, with `dryRun`, counts) the orphaned variants of every store; a store that fails is passed. */
-async function sweepOrphanVariants(ctx: ServiceContext, t: SweepTally, dryRun: boolean): Promise<number> {
+/**
+ * Removes (or, with `dryRun`, counts) the orphaned variants of every store but those in `skip` (left
+ * alone by the sweep before); a store that fails is passed.
+ */
+async function sweepOrphanVariants(ctx: ServiceContext, t: SweepTally, dryRun: boolean, skip = new Set<string>()): Promise<number> {
   let n = 0
   for (const store of distinctStores(ctx)) {
     if (t.stopped) break
+    if (skip.has(store.name)) continue
     try {
       for await (const key of orphanVariants(ctx, store, t)) {
         if (t.stopped || t.down(store.name)) break
@@ -90,7 +94,8 @@ export async function sweepCommand(options: GlobalOptions & { dryRun?: boolean }
     } else {
       const { failures: serviceFailures, interrupted: _, ...swept } = await sweep(ctx, { signal: io.signal })
       const t = new SweepTally({ signal: io.signal })
-      const removed = await sweepOrphanVariants(ctx, t, false)
+      const down = new Set(serviceFailures.filter((f) => f.gaveUp).map((f) => f.store))
+      const removed = await sweepOrphanVariants(ctx, t, false, down)
       t.log(ctx.logger)
       result = { ...swept, orphanVariants: removed }
       failures = [...serviceFailures, ...t.failures()]
