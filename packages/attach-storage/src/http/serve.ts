@@ -72,7 +72,12 @@ export const webAnswerRequest = (request: Request): AnswerRequest => ({
   header: (name) => request.headers.get(name),
 })
 
-function notModified(request: AnswerRequest, target: ServeTarget): boolean {
+/**
+ * True when the request's `If-None-Match` (else, for an immutable address, `If-Modified-Since`) says the
+ * client holds this file already: the answer is 304. Needs only the target's validators, so a resized
+ * variant is asked before it is made.
+ */
+export function notModified(request: AnswerRequest, target: Pick<ServeTarget, 'etag' | 'lastModified' | 'cache'>): boolean {
   const inm = request.header('if-none-match')
   if (inm && target.etag) {
     const tags = inm.split(',').map((t) => t.trim().replace(/^W\//, ''))

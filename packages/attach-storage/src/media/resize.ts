@@ -39,6 +39,11 @@ export function isResizable(type: string): boolean {
   return RESIZABLE.has(type)
 }
 
+/** The media type of a variant of an original of `originalType`. */
+export function variantType(originalType: string, r: ResizeRequest): string {
+  return r.format ? FORMATS[r.format] : originalType
+}
+
 /** The variant's store key: beside the original, `{savedDir}_v/{id}/{w}x{h}[.{format}]`. */
 export function variantKey(originalDirKey: string, id: number, r: ResizeRequest): string {
   return `${originalDirKey}_v/${id}/${r.w ?? 0}x${r.h ?? 0}${r.format ? `.${r.format}` : ''}`
@@ -69,7 +74,10 @@ export interface ResizerOptions {
   maxInputPixels: number
   /** Told of each variant made (how long it took) and of the queue whenever it changes. */
   observe?: { resize(seconds: number): void; resizeQueue(running: number, waiting: number): void }
-  /** Most stored variants per attachment; further sizes are made on the fly and not stored. @default 16 */
+  /**
+   * Most stored variants per stored file (every record pointing at it together, see
+   * {@link VariantOptions.storedFile}); further sizes are made on the fly and not stored. @default 16
+   */
   maxVariants?: number
   /** Most resizes running at once. @default 2 */
   concurrency?: number
@@ -77,6 +85,13 @@ export interface ResizerOptions {
   queue?: number
   /** Where the original of a remote store is spooled for the decoder. @default os.tmpdir() */
   spoolDir?: string
+  /**
+   * How long (ms) a size made on the fly and not stored is kept in memory, so that a repeated request
+   * does not run the resizer again. @default 600000
+   */
+  memoryTtl?: number
+  /** Most bytes those kept sizes hold in all; the least recently served go first. `0`: none kept. @default 64 MiB */
+  memoryBytes?: number
 }
 
 /** What one call of {@link Resizer.variant} may do. */
@@ -88,6 +103,14 @@ export interface VariantOptions {
    * failure is thrown (the job is tried again) instead of being served as the original.
    */
   background?: boolean
+  /**
+   * The stored file the original is, when several records may point at it: `maxVariants` counts the
+   * stored variants of all of them. `id` names the file in this process; `variantFolders()` answers the
+   * variant folders of every record pointing at it (listed once, on first use), or undefined when there
+   * are too many to list (then no further size is stored). Without it the count is the record's own
+   * folder (the one `key` is in).
+   */
+  storedFile?: { id: string; variantFolders(): Promise<string[] | undefined> }
 }
 
 /** How a shared generation ended, for each caller to take in its own way. */
@@ -123,11 +146,24 @@ export function checkAllowedSize(sizes: ReadonlyArray<{ w?: number; h?: number }
   )
 }
 
-/** How many variants an attachment has stored (or is storing): counted once from its store, then here. */
+/** How many variants a stored file has stored (or is storing): counted once from its store, then here. */
 interface Slots {
   count: number
   /** Reservations not settled yet: the entry is not evicted while any is. */
   pending: number
+}
+
+/** A slot count and the variant folders it was listed from (a record's delete forgets the counts that include its folder). */
+interface SlotEntry {
+  ready: Promise<Slots | undefined>
+  slots?: Slots
+  folders: Set<string>
+}
+
+/** A size made and not stored, kept in memory until `expires`. */
+interface Kept {
+  variant: Variant & { bytes: Buffer }
+  expires: number
 }
 
 /**
@@ -137,8 +173,10 @@ interface Slots {
  * (corrupt, truncated, too many pixels) are remembered and served as their original.
  *
  * Bounds: at most `concurrency` generations run at once and `queue` wait (beyond: `busy`, 503); at most
- * `maxVariants` are stored per attachment (counted per process; a further size is made, served and not
- * stored); a remote original is spooled to a temporary file, so the decoder never buffers a stream.
+ * `maxVariants` are stored per stored file, whatever number of records point at it (counted per process;
+ * a further size is made, served and not stored); such a size is kept in memory for `memoryTtl`, within
+ * `memoryBytes` in all, so a repeated request does not run the resizer again; a remote original is
+ * spooled to a temporary file, so the decoder never buffers a stream.
  */
 export class Resizer {
   readonly #inflight = new Map<string, Promise<Outcome>>()
@@ -146,8 +184,13 @@ export class Resizer {
   readonly #asOriginal = new Map<string, true>()
   /** Variants known to be in their store: a cached view costs no store round trip to find it. */
   readonly #known = new Map<string, Variant & { seenAt: number }>()
-  /** Stored variants per attachment (`{store}\0{variantPrefix}`). */
-  readonly #slots = new Map<string, { ready: Promise<Slots | undefined>; slots?: Slots }>()
+  /** Stored variants per stored file (`{store}\0file:{id}`), or per record (`{store}\0{variantPrefix}`). */
+  readonly #slots = new Map<string, SlotEntry>()
+  /** Sizes made and not stored, by original and size (`{store}\0{originalKey}\0{w}x{h}[.{format}]`), least recently served first. */
+  readonly #kept = new Map<string, Kept>()
+  #keptBytes = 0
+  readonly #memoryTtl: number
+  readonly #memoryBytes: number
   readonly #options: ResizerOptions
   readonly #maxVariants: number
   readonly #admitted: number
@@ -160,6 +203,8 @@ export class Resizer {
   constructor(options: ResizerOptions) {
     this.#options = options
     this.#maxVariants = options.maxVariants ?? 16
+    this.#memoryTtl = options.memoryTtl ?? 600_000
+    this.#memoryBytes = options.memoryBytes ?? 64 * 1024 * 1024
     const concurrency = options.concurrency ?? 2
     this.#admitted = concurrency + (options.queue ?? 16)
     this.#limit = pLimit(concurrency)
@@ -189,7 +234,13 @@ export class Resizer {
     const known = this.#known.get(cacheKey)
     // Looked at again in its store now and then: another process (`variants purge`) may have removed it.
     if (known && performance.now() - known.seenAt < KNOWN_FOR_MS) return known
-    const type = r.format ? FORMATS[r.format] : originalType
+    // A size made lately and not stored is served from memory (a named variant is always stored).
+    const keptKey = `${store.name}\u0000${originalKey}\u0000${key.slice(key.lastIndexOf('/') + 1)}`
+    if (r.variant === undefined && !options.background) {
+      const kept = this.#keep(keptKey)
+      if (kept) return kept
+    }
+    const type = variantType(originalType, r)
     try {
       const s = await store.stat(key)
       if (s.size > 0) return this.#remember_(cacheKey, { key, size: s.size, type })
@@ -206,7 +257,7 @@ export class Resizer {
         const started = performance.now()
         observe?.resizeQueue(this.#limit.activeCount, this.#limit.pendingCount)
         try {
-          return await this.#make(store, originalKey, key, type, r)
+          return await this.#make(store, originalKey, key, type, r, options.storedFile)
         } finally {
           observe?.resize((performance.now() - started) / 1000)
           // This one still counts as running until it returns.
@@ -216,6 +267,7 @@ export class Resizer {
         .then(
           (v): Outcome => {
             if (v && !v.transient) this.#remember_(cacheKey, { key: v.key, size: v.size, type: v.type })
+            if (v?.transient && v.bytes) this.#keep(keptKey, v as Variant & { bytes: Buffer })
             return { ok: true, variant: v }
           },
           (error: unknown): Outcome => ({ ok: false, error }),
@@ -244,6 +296,47 @@ export class Resizer {
     for (const k of this.#known.keys()) if (k.startsWith(start)) this.#known.delete(k)
     for (const k of this.#asOriginal.keys()) if (k.startsWith(start)) this.#asOriginal.delete(k)
     this.#slots.delete(start)
+    // A stored file's count that included this folder is listed again on next use.
+    for (const [k, e] of this.#slots) if (k.startsWith(`${storeName}\u0000`) && e.folders.has(prefix)) this.#slots.delete(k)
+  }
+
+  /**
+   * The size kept in memory under `keptKey` (undefined when none, or expired), or, with `made`, keeps
+   * it: evicting the least recently served until the bytes fit in `memoryBytes`.
+   */
+  #keep(keptKey: string, made?: Variant & { bytes: Buffer }): Variant | undefined {
+    const now = performance.now()
+    if (!made) {
+      const kept = this.#kept.get(keptKey)
+      if (!kept) return undefined
+      this.#kept.delete(keptKey)
+      if (kept.expires <= now) {
+        this.#keptBytes -= kept.variant.bytes.length
+        return undefined
+      }
+      this.#kept.set(keptKey, kept)
+      return kept.variant
+    }
+    const size = made.bytes.length
+    if (this.#memoryTtl <= 0 || size > this.#memoryBytes) return made
+    const old = this.#kept.get(keptKey)
+    if (old) {
+      this.#kept.delete(keptKey)
+      this.#keptBytes -= old.variant.bytes.length
+    }
+    for (const [k, e] of this.#kept) {
+      if (this.#keptBytes + size <= this.#memoryBytes && e.expires > now) break
+      this.#kept.delete(k)
+      this.#keptBytes -= e.variant.bytes.length
+    }
+    this.#kept.set(keptKey, { variant: made, expires: now + this.#memoryTtl })
+    this.#keptBytes += size
+    return made
+  }
+
+  /** Bytes of the sizes kept in memory now (for tests and metrics). */
+  get keptBytes(): number {
+    return this.#keptBytes
   }
 
   #remember(cacheKey: string): void {
@@ -252,11 +345,13 @@ export class Resizer {
   }
 
   /**
-   * The stored-variant count of an attachment, listed from its store on first use in this process.
-   * Undefined when the store cannot list it (the variant is then not stored: the safe side).
+   * The stored-variant count of a stored file (of every record pointing at it, with `storedFile`; else of
+   * the record whose folder `prefix` is), listed from its store on first use in this process. Undefined
+   * when the store cannot list it (the variant is then not stored: the safe side). Too many records to
+   * list count as full.
    */
-  #slotsOf(store: Store, prefix: string): Promise<Slots | undefined> {
-    const k = `${store.name}\u0000${prefix}`
+  #slotsOf(store: Store, prefix: string, storedFile?: VariantOptions['storedFile']): Promise<Slots | undefined> {
+    const k = storedFile ? `${store.name}\u0000file:${storedFile.id}` : `${store.name}\u0000${prefix}`
     const entry = this.#slots.get(k)
     if (entry) return entry.ready
     if (this.#slots.size >= 10_000) {
@@ -268,10 +363,15 @@ export class Resizer {
         }
       }
     }
-    const created: { ready: Promise<Slots | undefined>; slots?: Slots } = { ready: Promise.resolve(undefined) }
+    const folders = new Set([prefix])
+    const created: SlotEntry = { ready: Promise.resolve(undefined), folders }
     created.ready = (async () => {
-      let count = 0
-      for await (const e of store.list(prefix)) if (!e.key.slice(prefix.length).includes('/')) count++
+      const listed = storedFile ? await storedFile.variantFolders() : [prefix]
+      let count = listed ? 0 : Number.POSITIVE_INFINITY
+      for (const folder of listed ?? []) {
+        folders.add(folder)
+        for await (const e of store.list(folder)) if (!e.key.slice(folder.length).includes('/')) count++
+      }
       const slots = { count, pending: 0 }
       created.slots = slots
       return slots
@@ -283,9 +383,16 @@ export class Resizer {
     return created.ready
   }
 
-  async #make(store: Store, originalKey: string, key: string, type: string, r: ResizeRequest): Promise<Variant | undefined> {
-    // The attachment's stored-variant count is read while the image is decoded.
-    const slotsReady = this.#slotsOf(store, key.slice(0, key.lastIndexOf('/') + 1))
+  async #make(
+    store: Store,
+    originalKey: string,
+    key: string,
+    type: string,
+    r: ResizeRequest,
+    storedFile: VariantOptions['storedFile'],
+  ): Promise<Variant | undefined> {
+    // The stored file's stored-variant count is read while the image is decoded.
+    const slotsReady = this.#slotsOf(store, key.slice(0, key.lastIndexOf('/') + 1), storedFile)
     const limits = { limitInputPixels: this.#options.maxInputPixels }
     // A local original is read by path. A remote one is first asked for its head only; when it needs a
     // resize it is spooled to a temporary file: the decoder seeks in a file instead of buffering a stream.

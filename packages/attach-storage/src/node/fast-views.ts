@@ -12,7 +12,7 @@ import { answeredError, errorAnswer } from '../http/respond.js'
 import { firstValues } from '../http/router.js'
 import { resizeOf } from '../http/routes/serving.js'
 import { ResizeQuerySchema } from '../http/routes/schemas.js'
-import { type FileAnswer, fileAnswer } from '../http/serve.js'
+import { type FileAnswer, fileAnswer, notModified } from '../http/serve.js'
 import { type AttachStorage, contextOf } from '../service/attach-storage.js'
 import type { ServiceContext } from '../service/context.js'
 import { resolveById } from '../service/serving.js'
@@ -90,8 +90,10 @@ export function createFastViews(storage: AttachStorage): FastViews {
         },
         signature: signatureIn(params),
       }
-      const target = await resolveById(ctx, { id: match.id, resize, lookOnly: req.method === 'HEAD' }, access)
-      answer = await fileAnswer({ method: req.method ?? 'GET', header: (name) => header(req, name) }, target, match.action)
+      const asked = { method: req.method ?? 'GET', header: (name: string) => header(req, name) }
+      const lookOnly = req.method === 'HEAD'
+      const target = await resolveById(ctx, { id: match.id, resize, lookOnly, notModified: (t) => notModified(asked, t) }, access)
+      answer = await fileAnswer(asked, target, match.action)
     } catch (err) {
       answer = errorAnswer(answeredError(err, storage.logger))
     }

@@ -320,6 +320,12 @@ export class AttachRepository {
     return rows.map(mapRecord).sort((a, b) => a.id - b.id)
   }
 
+  /** Ids of the live records that point at a stored file (blob), lowest first, at most `limit`. */
+  async recordIdsOfBlob(blobId: number, limit: number): Promise<number[]> {
+    const q = this.#db.selectFrom(FILE_TABLE).select('id').where('blob_id', '=', blobId).where('deleted', '=', 0)
+    return (await q.orderBy('id').limit(limit).execute()).map((r) => toNumber(r.id))
+  }
+
   /** The live records of a reference (all categories when `refCategory` is omitted), by category, sort, id. */
   async listByReference(refDomain: string, refKey: string, refCategory?: string): Promise<AttachmentRecord[]> {
     let q = this.#db

@@ -155,6 +155,8 @@ export class AttachStorage {
       maxVariants: this.config.resize.maxVariants,
       concurrency: this.config.resize.concurrency,
       queue: this.config.resize.queue,
+      memoryTtl: this.config.resize.memoryTtl,
+      memoryBytes: this.config.resize.memoryBytes,
     })
     this.#events = new EventHub(this.logger)
     for (const [event, hook] of Object.entries(options.on ?? {})) {

@@ -1,6 +1,14 @@
 /** What the binary group serves: records by id or reference (with resized variants), temporary, direct and editor files. */
 import { forbidden, notFound } from '../errors.js'
-import { checkAllowedSize, isResizable, type ResizeRequest, variantKey } from '../media/resize.js'
+import {
+  checkAllowedSize,
+  isResizable,
+  type ResizeRequest,
+  type VariantOptions,
+  variantKey,
+  variantPrefix,
+  variantType,
+} from '../media/resize.js'
 import { sniffType } from '../media/sniff.js'
 import type { AttachmentRecord } from '../model.js'
 import { checkAccess, describeRecord, mayReadTemporary, signedFor, syntheticDescription } from './access.js'
@@ -19,7 +27,15 @@ export interface ServeOptions {
   resize?: ResizeRequest
   /** HEAD: a missing variant is not made (the stored variant's headers, else the original's). */
   lookOnly?: boolean
+  /**
+   * The request's conditional headers, asked of a file before it is read or made: true when the client
+   * holds it already (the answer is then 304). A resized variant is asked before any resize runs.
+   */
+  notModified?: (target: Pick<ServeTarget, 'etag' | 'lastModified' | 'cache'>) => boolean
 }
+
+/** Most records pointing at one stored file whose variant folders are listed to count its stored variants. */
+const MAX_LISTED_RECORDS = 64
 
 /** Resolves a saved attachment by id, checking the category's secure-access function (or a signed URL). */
 export async function resolveById(ctx: ServiceContext, input: { id: number } & ServeOptions, access: AccessContext): Promise<ServeTarget> {
@@ -47,7 +63,7 @@ export async function serveRecord(
   access: AccessContext,
   r: AttachmentRecord,
   cache: ServeTarget['cache'],
-  { resize, lookOnly = false }: ServeOptions,
+  { resize, lookOnly = false, notModified }: ServeOptions,
 ): Promise<ServeTarget> {
   const category = ctx.registry.domain(r.refDomain).categories.get(r.refCategory)
   if (!category) throw notFound(`No attachment ${r.id}`)
@@ -61,6 +77,25 @@ export async function serveRecord(
   else if (resize) checkAllowedSize(category.sizes, resize)
   if (resize && isResizable(r.fileType)) {
     const vkey = variantKey(storeKey(r.savedDir, ''), r.id, resize)
+    // A variant's ETag is the original's hash and the box: a client that holds it gets its 304 before
+    // anything is resized (or even looked for).
+    const etag = `${r.sha256}-${resize.w ?? 0}x${resize.h ?? 0}${resize.format ?? ''}`
+    const lastModified = new Date(r.createdDt)
+    if (notModified?.({ etag, lastModified, cache })) {
+      const type = variantType(r.fileType, resize)
+      return {
+        store,
+        key: vkey,
+        displayName: variantName(r.displayName, resize),
+        fileType: type,
+        fileSize: 0,
+        etag,
+        lastModified,
+        cache,
+        private: category.secureAccess !== undefined,
+        vary: resize.negotiated ? 'Accept' : undefined,
+      }
+    }
     // HEAD makes no variant: a stored one answers its own headers, else the original's (see serveFile).
     const variant = await ctx.resizer.variant(
       store,
@@ -69,7 +104,7 @@ export async function serveRecord(
       r.fileType,
       resize,
       (err) => ctx.logger.warn(`attach-storage: attachment ${r.id} could not be resized; serving the original`, err),
-      { lookOnly },
+      { lookOnly, storedFile: storedFileOf(ctx, r) },
     )
     const named = resize.variant !== undefined ? category.variants.get(resize.variant) : undefined
     if (named && variant?.bytes && !variant.transient) {
@@ -79,17 +114,16 @@ export async function serveRecord(
       )
     }
     if (variant) {
-      const ext = resize.format ? `.${resize.format === 'jpeg' ? 'jpg' : resize.format}` : undefined
-      // A variant made by this request is in memory already: it is answered from there.
+      // A variant made by this request (or kept in memory) is answered from its bytes.
       const delivery = variant.bytes ? undefined : deliveryOf(ctx, store, variant.key, category)
       return {
         store,
         key: variant.key,
-        displayName: ext ? r.displayName.replace(/(\.[^.]*)?$/, ext) : r.displayName,
+        displayName: variantName(r.displayName, resize),
         fileType: variant.type,
         fileSize: variant.size,
-        etag: `${r.sha256}-${resize.w ?? 0}x${resize.h ?? 0}${resize.format ?? ''}`,
-        lastModified: new Date(r.createdDt),
+        etag,
+        lastModified,
         cache,
         private: category.secureAccess !== undefined,
         vary: resize.negotiated ? 'Accept' : undefined,
@@ -110,6 +144,27 @@ export async function serveRecord(
     private: category.secureAccess !== undefined,
     vary: resize?.negotiated ? 'Accept' : undefined,
     delivery: deliveryOf(ctx, store, key, category),
+  }
+}
+
+/** A variant's download name: the original's, with the extension of its `format` when it has one. */
+function variantName(displayName: string, resize: ResizeRequest): string {
+  const ext = resize.format ? `.${resize.format === 'jpeg' ? 'jpg' : resize.format}` : undefined
+  return ext ? displayName.replace(/(\.[^.]*)?$/, ext) : displayName
+}
+
+/**
+ * The stored file a record points at, for the resizer's count of stored variants: the variant folders of
+ * every live record on it (several after a reuse by `savedDir`), at most {@link MAX_LISTED_RECORDS}.
+ */
+function storedFileOf(ctx: ServiceContext, r: AttachmentRecord): VariantOptions['storedFile'] {
+  return {
+    id: String(r.blobId),
+    variantFolders: async () => {
+      const ids = await ctx.repo.recordIdsOfBlob(r.blobId, MAX_LISTED_RECORDS + 1)
+      if (ids.length > MAX_LISTED_RECORDS) return undefined
+      return [...new Set([r.id, ...ids])].map((id) => variantPrefix(storeKey(r.savedDir, ''), id))
+    },
   }
 }
 

@@ -6,7 +6,7 @@ import { callerOf } from '../../service/access.js'
 import * as serving from '../../service/serving.js'
 import { parseInput } from '../../validation.js'
 import { defineRoute, type Route } from '../router.js'
-import { serveFile } from '../serve.js'
+import { notModified, serveFile, webAnswerRequest } from '../serve.js'
 import {
   ActionSchema,
   IdSegmentSchema,
@@ -36,6 +36,12 @@ export function resizeOf(q: v.InferOutput<typeof ResizeQuerySchema>, accept: str
   return { w: q.w, h: q.h, format, negotiated: true }
 }
 
+/** The request's conditional headers as the use case asks them (a variant's 304 comes before any resize). */
+const conditionalOf =
+  (request: Request): serving.ServeOptions['notModified'] =>
+  (target) =>
+    notModified(webAnswerRequest(request), target)
+
 const ByReferenceQuery = v.object({ ...LookupQuerySchema.entries, ...ResizeQuerySchema.entries })
 
 /** The routes, in the order they are tried. */
@@ -47,7 +53,8 @@ export const servingRoutes: Route[] = [
     query: ResizeQuerySchema,
     handle: async ({ params, query }, { ctx, access, request }) => {
       const resize = resizeOf(query, request.headers.get('accept'))
-      const target = await serving.resolveById(ctx, { id: params.id, resize, lookOnly: request.method === 'HEAD' }, access)
+      const notModified = conditionalOf(request)
+      const target = await serving.resolveById(ctx, { id: params.id, resize, lookOnly: request.method === 'HEAD', notModified }, access)
       return serveFile(request, target, params.action)
     },
   }),
@@ -73,6 +80,7 @@ export const servingRoutes: Route[] = [
           filters: { ext, extAlt, fmetaValue },
           resize: resizeOf(query, request.headers.get('accept')),
           lookOnly: request.method === 'HEAD',
+          notModified: conditionalOf(request),
         },
         access,
       )
