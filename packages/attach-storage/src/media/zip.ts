@@ -196,8 +196,9 @@ export function createZipStream(sources: AsyncIterable<ZipSource> | Iterable<Zip
               storing = want
               await new Promise<void>((resolve) => z.params(want ? 0 : level, zlib.constants.Z_DEFAULT_STRATEGY, () => resolve()))
             }
-            if (!z.write(c)) await drained(z)
+            // Ended by the reader's going away while this waited: nothing more is written.
             if (z.destroyed || z.writableEnded) return
+            if (!z.write(c)) await drained(z)
           }
         }
         // Never destroyed while a level change may be pending (Node asserts its handle in the flush's
