@@ -9,7 +9,9 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import sharp from 'sharp'
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest'
+import { serveOnNode } from '../http/test-front-servers.js'
 import { type Kit, makeKit, saveFile } from '../http/test-kit.js'
+import { createFastViews } from '../node/index.js'
 import { LocalStore } from '../stores/local-store.js'
 import { Resizer } from './resize.js'
 
@@ -82,6 +84,28 @@ describe('resizes past the stored variants', () => {
     expect(other.status).toBe(200)
     expect((await sharp(Buffer.from(await other.arrayBuffer())).metadata()).width).toBe(301)
     expect(generated()).toBe(before + 1)
+  })
+
+  it('answers the 304 before any resize on the Node fast path too (what the reference server serves views by id with)', async () => {
+    const rec = await saveFile(kit, await jpeg(1200, 800), 'fast.jpg', '704', 'image')
+    const sha256 = JSON.parse((await get(`/attach/view/${rec.id}`)).headers.get('etag')!)
+    const server = await serveOnNode(kit.handler.fetch, { fast: createFastViews(kit.storage) })
+    try {
+      const before = generated()
+      const res = await fetch(`${server.url}${ASSETS}/attach/view/${rec.id}?w=400&format=webp`, {
+        headers: { 'if-none-match': `"${sha256}-400x0webp"` },
+      })
+      expect(res.status).toBe(304)
+      expect(res.headers.get('etag')).toBe(`"${sha256}-400x0webp"`)
+      expect(generated()).toBe(before)
+      const made = await fetch(`${server.url}${ASSETS}/attach/view/${rec.id}?w=400&format=webp`)
+      expect(made.status).toBe(200)
+      expect(made.headers.get('etag')).toBe(`"${sha256}-400x0webp"`)
+      await made.arrayBuffer()
+      expect(generated()).toBe(before + 1)
+    } finally {
+      await server.stop()
+    }
   })
 
   it('serves a size made and not stored from memory within resize.memory-ttl, and makes it again after', async () => {
