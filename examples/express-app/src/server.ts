@@ -1,7 +1,7 @@
 import { createServer } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { runReferenceServer } from '@attach-storage/example-reference'
-import { answerClientError } from 'attach-storage/node'
+import { answerClientError, deferContinue } from 'attach-storage/node'
 import { createReferenceApp } from './app.js'
 
 await runReferenceServer(
@@ -11,6 +11,8 @@ await runReferenceServer(
       const server = createServer(ref.app)
       // Requests Node's parser refuses answer JSON `{code, message}` too.
       server.on('clientError', answerClientError)
+      // `Expect: 100-continue` is answered 100 only once the handlers read the body (after authentication).
+      deferContinue(server)
       server.once('error', reject)
       server.listen(port, host, () =>
         resolve({

@@ -1,10 +1,8 @@
 import { Hono } from 'hono'
 import { cors } from 'hono/cors'
-import { mountAttachStorage } from '@attach-storage/hono'
+import { mountAttachStorage, releaseUnreadBodies } from '@attach-storage/hono'
 import { createReference, type Reference, type ServerEnv } from '@attach-storage/example-reference'
 import type { Logger } from 'attach-storage'
-import { unreadBody } from 'attach-storage/node'
-import type { IncomingMessage } from 'node:http'
 
 export interface ReferenceApp extends Reference {
   app: Hono
@@ -14,18 +12,9 @@ export interface ReferenceApp extends Reference {
 export async function createReferenceApp(env: ServerEnv = process.env, logger: Logger = console): Promise<ReferenceApp> {
   const ref = await createReference(env, logger)
   const app = new Hono()
-  // An answer sent before a large (or unknown-length) request body was read closes the connection:
-  // @hono/node-server discards what follows only for a while, and a client must not send its next
-  // request on a connection about to go. A small rest is drained and the connection kept.
-  app.use('*', async (c, next) => {
-    await next()
-    const incoming = (c.env as { incoming?: IncomingMessage } | undefined)?.incoming
-    if (incoming && unreadBody(incoming) === 'close') {
-      const headers = new Headers(c.res.headers)
-      headers.set('connection', 'close')
-      c.res = new Response(c.res.body, { status: c.res.status, statusText: c.res.statusText, headers })
-    }
-  })
+  // A body a route did not read (a 401 or 413 sent first) is discarded within bounds while the answer
+  // goes out, so a client still sending it reads the answer; @hono/node-server alone closes after 500 ms.
+  app.use('*', releaseUnreadBodies())
   if (ref.cors) {
     const c = ref.cors
     app.use(

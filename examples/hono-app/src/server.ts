@@ -1,6 +1,7 @@
+import type { Server } from 'node:http'
 import { serve } from '@hono/node-server'
 import { runReferenceServer } from '@attach-storage/example-reference'
-import { answerClientError } from 'attach-storage/node'
+import { answerClientError, deferContinue } from 'attach-storage/node'
 import { createReferenceApp } from './app.js'
 
 await runReferenceServer(
@@ -20,5 +21,7 @@ await runReferenceServer(
       server.once('error', reject)
       // Requests Node's parser refuses answer JSON `{code, message}` too.
       server.on('clientError', answerClientError)
+      // `Expect: 100-continue` is answered 100 only once the handlers read the body (after authentication).
+      deferContinue(server as Server)
     }),
 )

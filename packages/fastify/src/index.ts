@@ -4,6 +4,7 @@ import { createAttachHandler, type AttachStorage, type FetchHandler, type Logger
 import {
   WEB_METHODS,
   createFastViews,
+  deferContinue,
   frameworkError,
   methodNotServed,
   releaseRequestBody,
@@ -129,6 +130,8 @@ export function notFoundHandler(_request: FastifyRequest, reply: FastifyReply): 
  */
 export const attachStorage: FastifyPluginAsync<AttachStoragePluginOptions> = async (scope, { storage, ...options }) => {
   const handler = createAttachHandler(storage)
+  // `Expect: 100-continue` is answered 100 only once a body is read: after the handlers authenticated.
+  deferContinue(scope.server)
   acceptRawBodies(scope)
   scope.setErrorHandler(attachErrorHandler(storage.logger))
   scope.addHook('onRequest', refuseOtherMethods)

@@ -1,5 +1,5 @@
 import type { IncomingMessage, ServerResponse } from 'node:http'
-import type { Hono } from 'hono'
+import type { Hono, MiddlewareHandler } from 'hono'
 import type { FastViews } from 'attach-storage/node'
 import { AttachStorageError, createAttachHandler, type AttachHandler, type AttachStorage } from 'attach-storage'
 
@@ -22,10 +22,14 @@ const WEB_METHODS: ReadonlySet<string> = new Set(['GET', 'HEAD', 'POST', 'PUT', 
 export function mountAttachStorage(app: Hono<any, any, any>, storage: AttachStorage): AttachHandler {
   const handler = createAttachHandler(storage)
   const { apiPrefix, assetsPrefix } = storage.config
-  const serve = (fetch: (request: Request) => Promise<Response>) => (c: HonoContext) =>
-    WEB_METHODS.has(c.req.method)
-      ? fetch(withNodeBody(c))
+  const release = releaseUnreadBodies()
+  const serve = (fetch: (request: Request) => Promise<Response>) => async (c: HonoContext) => {
+    const response = WEB_METHODS.has(c.req.method)
+      ? await fetch(withNodeBody(c))
       : new AttachStorageError('not-found', 'No such route', { status: 404 }).toResponse()
+    await release(c as never, noop)
+    return response
+  }
   const assets = serve(handler.assets)
   const fast = fastViewsOn(storage)
   app.all(apiPrefix, serve(handler.api))
@@ -33,6 +37,28 @@ export function mountAttachStorage(app: Hono<any, any, any>, storage: AttachStor
   app.all(assetsPrefix, assets)
   app.all(`${assetsPrefix}/*`, async (c: HonoContext) => (await fast(c)) ?? assets(c))
   return handler
+}
+
+const noop = async () => {}
+
+/**
+ * A Hono middleware for apps served by @hono/node-server: once the route answered, a request body it
+ * did not read (a 401, 403 or 413 decided before the body was read) is read and discarded, within
+ * bounds, while the answer goes out (`releaseRequestBody` of `attach-storage/node`), so a client still
+ * sending it reads the status instead of a reset; the connection is kept for the next request, or closed
+ * once the body ended when the answer closes it. @hono/node-server alone discards for 500 ms, then
+ * closes. {@link mountAttachStorage} applies it to its own routes; `app.use('*', releaseUnreadBodies())`
+ * applies it to the host's routes too. Elsewhere (Bun, Deno, workers) it does nothing.
+ */
+export function releaseUnreadBodies(): MiddlewareHandler {
+  let release: ((req: IncomingMessage, res: ServerResponse) => unknown) | undefined
+  return async (c, next) => {
+    await next()
+    const { incoming, outgoing } = ((c as unknown as HonoContext).env ?? {}) as HonoContext['env'] & {}
+    if (!incoming || !outgoing || typeof incoming.listenerCount !== 'function' || incoming.complete) return
+    release ??= (await import('attach-storage/node')).releaseRequestBody
+    release(incoming, outgoing)
+  }
 }
 
 /** What the adapter uses of Hono's context: the request, the answer so far, and Node's objects under @hono/node-server. */

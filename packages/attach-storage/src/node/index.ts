@@ -15,6 +15,7 @@ import type { Duplex, Readable } from 'node:stream'
 import { pipeline } from 'node:stream/promises'
 import { AttachStorageError, badRequest, notFound, type AttachErrorCode } from '../errors.js'
 import { carryNodeRequestBody, nodeBodyOf } from '../http/node-body.js'
+import { type BodyState, releaseRequestBody, trackBody } from './early-answer.js'
 import type { FastViews } from './fast-views.js'
 
 /** Options shared by every entry point of the bridge. */
@@ -95,16 +96,6 @@ function requestUrl(req: IncomingMessage, options: ToWebRequestOptions): string 
 }
 
 /**
- * What the bridge knows of a request body it streams: the bytes handed to the reader so far, and how to
- * let go of the source (the answer went out before the body was read, see {@link releaseRequestBody}).
- */
-interface BodyState {
-  received: number
-  release(): void
-}
-const bodies = new WeakMap<IncomingMessage, BodyState>()
-
-/**
  * A Web stream reading a Node stream as the consumer pulls, pausing the source in between; and `take`,
  * which hands the Node stream itself to a reader instead while the Web stream has not been read (it
  * then fails if read).
@@ -116,7 +107,7 @@ function streamFrom(source: Readable, owner?: IncomingMessage): { stream: Readab
   let taken = false
   let web: ReadableStreamDefaultController<Uint8Array> | undefined
   const state: BodyState = { received: 0, release: () => {} }
-  if (owner) bodies.set(owner, state)
+  if (owner) trackBody(owner, state)
   const take = (): Readable | undefined => {
     if (pulled || taken || state.received > 0 || source.readableEnded || source.destroyed) return undefined
     taken = true
@@ -166,7 +157,8 @@ function streamFrom(source: Readable, owner?: IncomingMessage): { stream: Readab
           settle(() =>
             controller.error(new AttachStorageError('aborted', 'The answer was sent before the request body was read', { status: 400 })),
           )
-        source.on('data', onData)
+        // 'data' is listened to from the first pull only: nothing reads the socket before (a deferred
+        // `100 Continue` goes out on the first read, see deferContinue).
         source.once('end', onEnd)
         source.once('error', onError)
         source.once('close', onClose)
@@ -174,6 +166,7 @@ function streamFrom(source: Readable, owner?: IncomingMessage): { stream: Readab
       },
       pull() {
         if (taken) return
+        if (!pulled) source.on('data', onData)
         pulled = true
         source.resume()
       },
@@ -278,81 +271,6 @@ export const WEB_METHODS: ReadonlySet<string> = new Set(['GET', 'HEAD', 'POST', 
 /** The answer to a method outside {@link WEB_METHODS}. */
 export const methodNotServed = (): Response => notFound('No such route').toResponse()
 
-/**
- * An unread request body up to this many bytes is read and discarded after an early answer (a 401 or
- * 404 sent before the body was read), and the connection is kept. A larger or unknown-length rest
- * closes the connection instead.
- */
-export const DRAIN_LIMIT = 64 * 1024
-
-/**
- * After an early answer that closes the connection, how long the server keeps discarding what the
- * client still sends before it cuts the connection (closing at once, with bytes unread, would reset
- * the connection and could take the answer with it).
- */
-export const LINGER_MS = 2000
-
-/**
- * What becomes of the unread part of a request body when the answer goes out now: `none` (there is
- * none: no body, or it was read to its end), `drain` (a known rest of at most {@link DRAIN_LIMIT}
- * bytes, read and discarded; the connection stays open) or `close` (a larger or unknown-length rest:
- * the answer carries `Connection: close`).
- */
-export function unreadBody(req: IncomingMessage): 'none' | 'drain' | 'close' {
-  if (req.complete || req.destroyed) return 'none'
-  if (req.headers['transfer-encoding'] !== undefined) return 'close'
-  const length = Number(req.headers['content-length'] ?? 0)
-  if (!Number.isSafeInteger(length) || length < 0) return 'close'
-  const rest = length - (bodies.get(req)?.received ?? 0)
-  if (rest <= 0) return 'none'
-  return rest <= DRAIN_LIMIT ? 'drain' : 'close'
-}
-
-const released = new WeakSet<IncomingMessage>()
-const ignore = () => {}
-
-/**
- * Lets go of a request body that the answer about to be sent did not read, so that the connection is
- * never left waiting for a body nobody reads: a small known rest is read and discarded (keep-alive
- * goes on), anything else gets `Connection: close` on `res` (while its headers are not sent) and is
- * discarded for at most {@link LINGER_MS} after the answer, then the connection is cut. A reader of
- * the Web body still waiting sees it fail. Call it right before writing the answer; a second call does
- * nothing. {@link writeWebResponse} calls it; an adapter that sends the answer through its framework's
- * reply calls it itself.
- *
- * @returns what was decided (see {@link unreadBody}).
- */
-export function releaseRequestBody(req: IncomingMessage, res?: ServerResponse): 'none' | 'drain' | 'close' {
-  const fate = unreadBody(req)
-  if (released.has(req)) return fate
-  released.add(req)
-  if (fate === 'none') {
-    // Read to the end by the parser, maybe not by the reader: whatever is still buffered goes.
-    if (!req.readableEnded && !req.destroyed && bodies.has(req)) {
-      bodies.get(req)!.release()
-      req.on('error', ignore)
-      req.resume()
-    }
-    return fate
-  }
-  bodies.get(req)?.release()
-  req.on('error', ignore)
-  if (fate === 'close' && res && !res.headersSent) res.setHeader('connection', 'close')
-  // Discard the rest; with `Connection: close`, Node ends the connection once the answer is out.
-  req.resume()
-  const socket: Duplex | null = req.socket
-  if (socket) {
-    const cut = () => {
-      if (!req.complete && !socket.destroyed) socket.destroy()
-    }
-    // A client that stops sending half-way, or keeps sending after the answer, is cut after a while.
-    const linger = () => setTimeout(cut, LINGER_MS).unref()
-    if (res && !res.writableFinished) res.once('finish', linger)
-    else linger()
-  }
-  return fate
-}
-
 /** Resolves true on 'drain', false when the response closed first. */
 function drained(res: ServerResponse): Promise<boolean> {
   return new Promise((resolve) => {
@@ -373,6 +291,7 @@ const SMALL_RESPONSE = 256 * 1024
 
 export { NODE_BODY, NODE_REQUEST_BODY, nodeBodyOf, nodeRequestBodyOf, type NodeRequestBody } from '../http/node-body.js'
 export { createFastViews, type FastViewMatch, type FastViews } from './fast-views.js'
+export { DRAIN_IDLE_MS, DRAIN_LIMIT, DRAIN_TIME_MS, deferContinue, releaseRequestBody, unreadBody } from './early-answer.js'
 
 /**
  * Writes a Web `Response` to a Node response: status, headers (each `Set-Cookie` on its own line), then

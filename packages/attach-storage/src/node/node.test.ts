@@ -7,10 +7,13 @@ import { connect, type AddressInfo, type Socket } from 'node:net'
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
 import { nodeRequestBodyOf } from '../http/node-body.js'
 import { makeKit, token, type Kit } from '../http/test-kit.js'
-import { AttachStorageError } from '../errors.js'
+import { floodOfEarlyAnswers } from '../../../../test/early-answers.js'
+import { AttachStorageError, tooLarge } from '../errors.js'
 import {
+  DRAIN_IDLE_MS,
   DRAIN_LIMIT,
   answerClientError,
+  deferContinue,
   createNodeHandler,
   frameworkError,
   handleNodeRequest,
@@ -401,33 +404,66 @@ describe('an answer sent before the request body was read', () => {
     Buffer.alloc(size, 32),
   ]
 
-  it('closes the connection after the answer when a large rest is unread (Connection: close), and a new one is served', async () => {
+  it('discards a large unread rest (5 MiB) and keeps the connection for the next request, without Connection: close', async () => {
     const { port } = await listen(createNodeHandler(refuse))
-    const { text, closed } = await exchange(port, [...post(600 * 1024), next])
-    expect(closed).toBe(true)
-    expect(statuses(text)).toEqual([401])
-    expect(text).toMatch(/\r\nconnection: close\r\n/i)
-    expect(statuses((await exchange(port, [next.replace('\r\n\r\n', '\r\nconnection: close\r\n\r\n')])).text)).toEqual([401])
+    const { text, closed } = await exchange(port, [...post(5 * 1024 * 1024), next])
+    expect(statuses(text)).toEqual([401, 401])
+    expect(text).not.toMatch(/\r\nconnection: close\r\n/i)
+    expect(closed).toBe(false)
   })
 
   it('drains a small unread rest and keeps the connection for the next request', async () => {
     const { port } = await listen(createNodeHandler(refuse))
-    const { text, closed } = await exchange(port, [...post(DRAIN_LIMIT), next])
+    const { text, closed } = await exchange(port, [...post(1000), next])
     expect(statuses(text)).toEqual([401, 401])
     expect(closed).toBe(false)
   })
 
-  it('closes after an unknown-length (chunked) body, even one that never comes', async () => {
+  it("40 clients of Node's http client sending 5 MiB each all read the early 413, none a reset", async () => {
+    const { port } = await listen(createNodeHandler(async () => tooLarge('JSON bodies are limited to 2097152 bytes').toResponse()))
+    expect(await floodOfEarlyAnswers(port, '/p')).toEqual({ '413 too-large': 40 })
+  })
+
+  it('lingers after an answer that closes the connection (the client sent Connection: close): the body is read, then closed', async () => {
     const { port } = await listen(createNodeHandler(refuse))
-    const { text, closed } = await exchange(port, ['POST /p HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n'])
+    expect(await floodOfEarlyAnswers(port, '/p', { agent: false })).toEqual({ '401 unauthorized': 40 })
+    const { text, closed } = await exchange(port, [
+      String(post(2 * 1024 * 1024)[0]).replace('\r\n\r\n', '\r\nconnection: close\r\n\r\n'),
+      post(2 * 1024 * 1024)[1]!,
+    ])
     expect([statuses(text), closed]).toEqual([[401], true])
   })
 
-  it('cuts a client that stops sending half-way after the answer, instead of waiting for it', async () => {
+  it(`cuts a client that keeps sending past ${DRAIN_LIMIT / 1024 / 1024} MiB after the answer (no unbounded read)`, async () => {
+    const { port } = await listen(createNodeHandler(refuse))
+    const socket = await open(port)
+    let text = ''
+    let closed = false
+    let sent = 0
+    socket.on('data', (d) => (text += d.toString('latin1')))
+    socket.on('error', () => {})
+    socket.on('close', () => (closed = true))
+    socket.write('POST /p HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n')
+    const chunk = Buffer.concat([Buffer.from(`${(1024 * 1024).toString(16)}\r\n`), Buffer.alloc(1024 * 1024, 32), Buffer.from('\r\n')])
+    // A chunked body that never ends, sent as fast as the server takes it.
+    while (!closed && sent < 4 * DRAIN_LIMIT) {
+      sent += 1024 * 1024
+      if (!socket.write(chunk)) await new Promise((r) => socket.once('drain', r).once('close', r))
+    }
+    await until(() => closed)
+    expect(statuses(text)).toEqual([401])
+    expect(sent).toBeGreaterThanOrEqual(DRAIN_LIMIT)
+    expect(sent).toBeLessThan(2 * DRAIN_LIMIT)
+  })
+
+  it(`cuts a client that stops sending half-way after ${DRAIN_IDLE_MS / 1000} s without a byte, instead of waiting for it`, async () => {
     const { port } = await listen(createNodeHandler(refuse))
     const [head] = post(1000)
-    const { text, closed } = await exchange(port, [head!, 'x'.repeat(10)])
+    const started = Date.now()
+    const { text, closed } = await exchange(port, [head!, 'x'.repeat(10)], DRAIN_IDLE_MS + 5000)
     expect([statuses(text), closed]).toEqual([[401], true])
+    expect(Date.now() - started).toBeGreaterThanOrEqual(DRAIN_IDLE_MS - 100)
+    expect(Date.now() - started).toBeLessThan(DRAIN_IDLE_MS + 4000)
   })
 
   it('fails a Web body read after the answer went out, rather than leaving its reader waiting', async () => {
@@ -445,9 +481,43 @@ describe('an answer sent before the request body was read', () => {
         return new Response('early', { status: 403 })
       }),
     )
-    await exchange(port, post(600 * 1024))
+    await exchange(port, post(600 * 1024), 1000)
     await until(() => late !== undefined)
     expect(await late).toBe('failed')
+  })
+})
+
+describe('Expect: 100-continue on a server given deferContinue', () => {
+  // Authenticates on the headers first, as the JSON group does, then reads the body.
+  const handler = createNodeHandler(async (request) => {
+    if (request.headers.get('authorization') !== 'Bearer good')
+      return new AttachStorageError('unauthorized', 'no', { status: 401 }).toResponse()
+    return new Response(`got:${await request.text()}`)
+  })
+  const ask = async (port: number, auth: string) => {
+    const socket = await open(port)
+    let text = ''
+    let closed = false
+    socket.on('error', () => {})
+    socket.on('close', () => (closed = true))
+    socket.on('data', (d) => {
+      text += d.toString('latin1')
+      if (text.startsWith('HTTP/1.1 100 ') && !text.includes('got:')) socket.write('hello')
+    })
+    socket.write(`POST /p HTTP/1.1\r\nhost: x\r\nauthorization: ${auth}\r\ncontent-length: 5\r\nexpect: 100-continue\r\n\r\n`)
+    await until(() => closed || /HTTP\/1\.1 [2-5]\d\d[\s\S]*\r\n\r\n.+/.test(text))
+    await wait(50)
+    socket.destroy()
+    return { statuses: statuses(text), closed, echoed: text.includes('got:hello') }
+  }
+
+  it('answers a bad token 401 without 100 (and closes), a good one 100, then reads the body', async () => {
+    const server = createServer(handler)
+    servers.push(deferContinue(server))
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r))
+    const port = (server.address() as AddressInfo).port
+    expect(await ask(port, 'Bearer bad')).toEqual({ statuses: [401], closed: true, echoed: false })
+    expect(await ask(port, 'Bearer good')).toEqual({ statuses: [100, 200], closed: false, echoed: true })
   })
 })
 
