@@ -84,7 +84,7 @@ export function releaseRequestBody(req: IncomingMessage, res?: ServerResponse): 
   bodies.get(req)?.release()
   req.on('error', ignore)
   if (fate === 'close' && res && !res.headersSent) res.setHeader('connection', 'close')
-  discard(req)
+  discard(req, res)
   return fate
 }
 
@@ -95,12 +95,16 @@ export function releaseRequestBody(req: IncomingMessage, res?: ServerResponse): 
  * (a lingering close, the socket is half-open): closing at once with bytes unread would reset the
  * connection, and a reset can reach the client before it read the answer.
  */
-function discard(req: IncomingMessage): void {
+function discard(req: IncomingMessage, res?: ServerResponse): void {
   const socket: Socket | null = req.socket
   let left = DRAIN_LIMIT
   let closing = false
   const lingerer = socket
     ? () => {
+        // A close asked while the answer keeps the connection (@hono/node-server gives up discarding
+        // after 500 ms) waits for the bounds here instead: a half-closed connection makes Node's
+        // client drop the rest of its body.
+        if ((res as { _last?: boolean } | undefined)?._last === false) return
         closing = true
         if (socket.writable) socket.end()
       }
