@@ -9,7 +9,9 @@ export type AttachStorageRouterOptions = NodeBridgeOptions
  * An Express request handler serving a Web-standard handler. The request keeps its full URL
  * (`req.originalUrl`), whatever path it was mounted under. A method outside `WEB_METHODS` of
  * `attach-storage/node` (`TRACE`, WebDAV's) is answered 404 `not-found`; an answer sent before the
- * request body was read drains or closes the connection (`releaseRequestBody`).
+ * request body was read has the rest discarded, within bounds, so a client still sending it reads the
+ * answer (`releaseRequestBody`). For `Expect: 100-continue` after authentication, give the server to
+ * `deferContinue` of `attach-storage/node`.
  */
 export function fromWebHandler(fetch: FetchHandler, options: NodeBridgeOptions = {}): RequestHandler {
   return (req, res) => handleNodeRequest(fetch, req, res, { ...options, url: req.originalUrl })

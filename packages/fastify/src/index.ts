@@ -40,7 +40,8 @@ export function webRequest(request: FastifyRequest, reply: FastifyReply, options
  * reply (hooks and CORS headers apply), streaming the body with back-pressure and cancelling it when
  * the client goes away. A method outside `WEB_METHODS` of `attach-storage/node` (`TRACE`, which a Web
  * `Request` cannot carry) is answered 404 `not-found`; an answer sent before the request body was read
- * drains or closes the connection (`releaseRequestBody`).
+ * has the rest discarded, within bounds, so a client still sending it reads the answer
+ * (`releaseRequestBody`).
  */
 export function fromWebHandler(fetch: FetchHandler, options: NodeBridgeOptions = {}) {
   return async (request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> => {
@@ -122,7 +123,9 @@ export function notFoundHandler(_request: FastifyRequest, reply: FastifyReply): 
  * `assets-prefix`, every method. Its routes read their bodies as streams through a pass-through
  * content-type parser registered in the plugin's own scope only, and its own error handler answers
  * Fastify's refusals there as JSON `{code, message}`. Register it without a `prefix` option: the
- * prefixes come from the configuration, and the URLs the handlers answer are built on them.
+ * prefixes come from the configuration, and the URLs the handlers answer are built on them. It gives the
+ * app's server to `deferContinue` of `attach-storage/node`: `Expect: 100-continue` is answered 100 only
+ * once a route reads the body, after authentication.
  *
  * @example
  * const app = Fastify()
