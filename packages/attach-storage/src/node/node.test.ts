@@ -448,7 +448,14 @@ describe('an answer sent before the request body was read', () => {
     // A chunked body that never ends, sent as fast as the server takes it.
     while (!closed && sent < 4 * DRAIN_LIMIT) {
       sent += 1024 * 1024
-      if (!socket.write(chunk)) await new Promise((r) => socket.once('drain', r).once('close', r))
+      if (!socket.write(chunk))
+        await new Promise<void>((r) => {
+          const go = () => {
+            socket.off('drain', go).off('close', go)
+            r()
+          }
+          socket.on('drain', go).on('close', go)
+        })
     }
     await until(() => closed)
     expect(statuses(text)).toEqual([401])
