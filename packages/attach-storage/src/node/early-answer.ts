@@ -99,16 +99,18 @@ function discard(req: IncomingMessage, res?: ServerResponse): void {
   const socket: Socket | null = req.socket
   let left = DRAIN_LIMIT
   let closing = false
-  const lingerer = socket
-    ? () => {
-        // A close asked while the answer keeps the connection (@hono/node-server gives up discarding
-        // after 500 ms) waits for the bounds here instead: a half-closed connection makes Node's
-        // client drop the rest of its body.
-        if ((res as { _last?: boolean } | undefined)?._last === false) return
-        closing = true
-        if (socket.writable) socket.end()
-      }
-    : undefined
+  // HTTP/1 only: an HTTP/2 stream closes on its own, and its socket may not be touched.
+  const lingerer =
+    socket && req.httpVersionMajor < 2
+      ? () => {
+          // A close asked while the answer keeps the connection (@hono/node-server gives up discarding
+          // after 500 ms) waits for the bounds here instead: a half-closed connection makes Node's
+          // client drop the rest of its body.
+          if ((res as { _last?: boolean } | undefined)?._last === false) return
+          closing = true
+          if (socket.writable) socket.end()
+        }
+      : undefined
   if (socket && lingerer) socket.destroySoon = lingerer
   const done = () => {
     clearTimeout(total)
@@ -117,12 +119,14 @@ function discard(req: IncomingMessage, res?: ServerResponse): void {
     req.off('end', done)
     req.off('close', done)
     // Back to the prototype's own method.
-    if (socket?.destroySoon === lingerer) delete (socket as { destroySoon?: unknown }).destroySoon
+    if (lingerer && socket?.destroySoon === lingerer) delete (socket as { destroySoon?: unknown }).destroySoon
     if (closing) socket?.destroySoon()
   }
   const cut = () => {
     done()
-    if (socket && !socket.destroyed && !req.complete) socket.destroy()
+    if (req.complete) return
+    if (req.httpVersionMajor >= 2) req.destroy()
+    else if (socket && !socket.destroyed) socket.destroy()
   }
   const total = setTimeout(cut, DRAIN_TIME_MS)
   const idle = setTimeout(cut, DRAIN_IDLE_MS)
