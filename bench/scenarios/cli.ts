@@ -84,7 +84,7 @@ export async function copyStoreBench(ctx: Context): Promise<void> {
     const { db, repo } = await openDataDir(dir)
     const keys: string[] = []
     for (let after = 0; ; ) {
-      const page = await repo.pageLiveBlobs(after, 500)
+      const page = await repo.operations.pageLiveBlobs(after, 500)
       for (const b of page) keys.push(b.savedDir.slice(1) + b.savedName)
       if (page.length < 500) break
       after = page[page.length - 1]!.id

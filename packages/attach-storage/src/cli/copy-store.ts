@@ -197,7 +197,9 @@ export async function copyStoreCommand(options: CopyStoreOptions, io: CliIo): Pr
     const flip = configured === to
     const deleting = flip && !!options.deleteSource
     journal = new Journal(resolve(io.cwd, options.journal ?? join(stateDir, `.attach-copy-store.${domain}.${to}.jsonl`)), domain, to)
-    const total = (await ctx.repo.stats()).records.filter((r) => r.refDomain === domain && r.store !== to).reduce((n, r) => n + r.count, 0)
+    const total = (await ctx.repo.operations.stats()).records
+      .filter((r) => r.refDomain === domain && r.store !== to)
+      .reduce((n, r) => n + r.count, 0)
     const progress = startProgress('copy-store', total, io.stderr)
     const started = performance.now()
     let copied = 0
@@ -264,7 +266,7 @@ export async function copyStoreCommand(options: CopyStoreOptions, io: CliIo): Pr
     if (flip && !interrupted && !problems.length) {
       const byStore = new Map<string, number[]>()
       for (const v of verified) if (v.blob.store !== to) byStore.set(v.blob.store, [...(byStore.get(v.blob.store) ?? []), v.blob.id])
-      for (const [from, ids] of byStore) switched += await ctx.repo.switchBlobStore(ids, from, to)
+      for (const [from, ids] of byStore) switched += await ctx.repo.operations.switchBlobStore(ids, from, to)
       if (deleting) {
         const dirs = new Set<string>()
         for (const v of verified) {

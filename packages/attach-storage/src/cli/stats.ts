@@ -25,7 +25,7 @@ export async function statsCommand(options: GlobalOptions & { quota?: boolean },
       ])
       return EXIT.ok
     }
-    const { records, blobs } = await ctx.repo.stats()
+    const { records, blobs } = await ctx.repo.operations.stats()
     const variants: Array<{ store: string; count: number; bytes: number }> = []
     for (const store of distinctStores(ctx)) {
       const v = { store: store.name, count: 0, bytes: 0 }

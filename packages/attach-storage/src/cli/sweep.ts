@@ -74,7 +74,7 @@ async function dryRun(ctx: ServiceContext, t: SweepTally) {
   } catch (err) {
     if (!t.stopped) t.fail('temporary-files', tmp.name, err)
   }
-  const blobs = await ctx.repo.countDeadBlobs(cutoff.toISOString())
+  const blobs = await ctx.repo.operations.countDeadBlobs(cutoff.toISOString())
   return { temporaryFiles, blobs, partialFiles: null, orphanVariants: await sweepOrphanVariants(ctx, t, true) }
 }
 

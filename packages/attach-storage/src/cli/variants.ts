@@ -33,7 +33,7 @@ export async function variantsCommand(action: string, options: VariantsOptions, 
 async function* domainRecords(ctx: ServiceContext, domain: string, signal: AbortSignal): AsyncGenerator<AttachmentRecord[]> {
   let after = 0
   for (;;) {
-    const page = await ctx.repo.pageDomainRecords(domain, after, PAGE)
+    const page = await ctx.repo.operations.pageDomainRecords(domain, after, PAGE)
     if (page.length) yield page
     if (page.length < PAGE || signal.aborted) return
     after = page[page.length - 1]!.id
@@ -74,7 +74,7 @@ async function make(ctx: ServiceContext, domain: string, options: VariantsOption
   )
   if (!named.length) throw new UsageError(`variants make: no category of domain ${domain} names variants (categories.<name>.variants)`)
   const concurrency = options.concurrency ?? 2
-  const total = (await ctx.repo.stats()).records
+  const total = (await ctx.repo.operations.stats()).records
     .filter((r) => r.refDomain === domain && named.some((c) => c.name === r.refCategory))
     .reduce((n, r) => n + r.count, 0)
   const progress = startProgress('variants make', total, io.stderr)

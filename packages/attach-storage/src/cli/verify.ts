@@ -97,7 +97,7 @@ export async function verifyCommand(options: VerifyOptions, io: CliIo): Promise<
   const { ctx, close } = await openService(options, io)
   try {
     const problems: VerifyProblem[] = []
-    const stats = await ctx.repo.stats()
+    const stats = await ctx.repo.operations.stats()
     const total = stats.blobs.reduce((n, s) => n + s.count - s.pending, 0)
     const progress = startProgress('verify', total, io.stderr)
     const started = performance.now()
@@ -121,7 +121,7 @@ export async function verifyCommand(options: VerifyOptions, io: CliIo): Promise<
           if (io.signal.aborted) break
           const places = batch.filter((e) => isFileKey(e.key)).map((e) => ({ key: e.key, ...placeOf(e.key)! }))
           scanned += places.length
-          const known = await ctx.repo.knownPlaces(store.name, places)
+          const known = await ctx.repo.operations.knownPlaces(store.name, places)
           for (const p of places) if (!known.has(p.savedDir + p.savedName)) problems.push({ kind: 'orphan', store: store.name, key: p.key })
         }
       }

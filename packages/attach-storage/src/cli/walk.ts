@@ -11,7 +11,7 @@ export const PAGE = 500
 export async function* liveBlobs(repo: AttachRepository, where: { refDomain?: string; store?: string } = {}): AsyncGenerator<BlobRecord> {
   let after = 0
   for (;;) {
-    const page = await repo.pageLiveBlobs(after, PAGE, where)
+    const page = await repo.operations.pageLiveBlobs(after, PAGE, where)
     yield* page
     if (page.length < PAGE) return
     after = page[page.length - 1]!.id

@@ -1,110 +1,49 @@
-import { type CompiledQuery, type Kysely, type Selectable, type Transaction, sql } from 'kysely'
+import { type CompiledQuery, type Kysely, sql } from 'kysely'
 import { type DirectRead, directReadOf } from './database.js'
 import { badRequest } from '../errors.js'
-import { type ListProvider, type ListRequest, type ListResult, runList } from '../list/list-query.js'
-import type { AttachmentRecord, BlobRecord, UserId } from '../model.js'
-import {
-  type AttachBlobTable,
-  type AttachDatabase,
-  type AttachFileTable,
-  BLOB_TABLE,
-  type DbInteger,
-  type DialectName,
-  dialectOf,
-  FILE_TABLE,
-} from './database.js'
+import { type ListResult, runList } from '../list/list-query.js'
+import type { AttachmentRecord, BlobRecord } from '../model.js'
+import { BLOB_TABLE, type DbInteger, type DialectName, dialectOf, FILE_TABLE } from './database.js'
 import { VariantRows } from './variant-rows.js'
+import { OperationsRows } from './operations-rows.js'
 import { PendingUploads } from './pending-uploads.js'
+import {
+  ATTACHMENT_LIST,
+  assertId,
+  assertSize,
+  assertSort,
+  type ConditionalListInput,
+  chunk,
+  type Db,
+  type FileRow,
+  IN_CHUNK,
+  isDeadlock,
+  isId,
+  type MarkDeletedResult,
+  type MetadataUpdate,
+  mapBlob,
+  mapRecord,
+  type NewBlob,
+  type NewRecord,
+  type RecordReference,
+  recordRow,
+  selectBlob,
+  type Trx,
+  toNumber,
+} from './rows.js'
+import { applySaveIn } from './save-batch.js'
 
-type Db = Kysely<AttachDatabase>
-type Trx = Transaction<AttachDatabase>
-type FileRow = Selectable<AttachFileTable>
-type BlobRow = Selectable<AttachBlobTable>
-
-/** A physical file about to be written (see {@link AttachRepository.reserveBlob}). */
-export interface NewBlob {
-  store: string
-  savedDir: string
-  savedName: string
-  fileSize: number
-  fileType: string
-  sha256: string
-  createdDt: string
-  /**
-   * The name of the temporary file being moved here (a confirmed save), remembered so that a retry after
-   * a crash finds this blob; omitted for other blobs.
-   */
-  tmpName?: string | null
+export {
+  ATTACHMENT_LIST,
+  type ConditionalListInput,
+  type MarkDeletedResult,
+  type MetadataUpdate,
+  mapRecord,
+  type NewBlob,
+  type NewRecord,
+  type RecordReference,
 }
 
-/** The record-specific part of a new attachment record; the file part is copied from its blob. */
-export interface NewRecord {
-  refDomain: string
-  refKey: string
-  refCategory: string
-  displayName: string
-  ext: string | null
-  fmetaValue: string | null
-  sort: number
-  createdBy: UserId | null
-  createdDt: string
-}
-
-/** The reference a record is bound to. */
-export interface RecordReference {
-  refDomain: string
-  refKey: string
-  refCategory: string
-}
-
-/** The only columns {@link AttachRepository.updateMetadata} can write. */
-export interface MetadataUpdate {
-  id: number
-  displayName?: string
-  ext?: string | null
-  fmetaValue?: string | null
-  sort?: number
-}
-
-/** The search whitelist and order of the conditional attachment list (the list convention over `attach_file`). */
-export const ATTACHMENT_LIST: ListProvider = {
-  fields: {
-    displayName: { type: 'string', ops: ['eq', 'like'], column: 'display_name' },
-    ext: { type: 'string', ops: ['eq', 'ne', 'in'], column: 'ext' },
-    fmetaValue: { type: 'string', ops: ['eq', 'in'], column: 'fmeta_value' },
-    fileType: { type: 'string', ops: ['eq', 'like'], column: 'file_type' },
-    createdDt: { type: 'datetime', ops: ['gt', 'ge', 'lt', 'le'], column: 'created_dt' },
-  },
-  sortable: {},
-  primaryKey: 'id',
-  defaultOrder: [
-    { column: 'ref_key', direction: 'asc' },
-    { column: 'ref_category', direction: 'asc' },
-    { column: 'sort', direction: 'asc' },
-  ],
-  maxPerPage: 1000,
-}
-
-/** What {@link AttachRepository.listConditional} lists. */
-export interface ConditionalListInput {
-  refDomain: string
-  refKeys: string[]
-  /** The categories listed; none lists nothing. */
-  refCategories: string[]
-  list: ListRequest
-  /** Read at most `cap + 1` rows (so the caller sees that there were more). */
-  cap?: number
-}
-
-/** Records marked deleted, and the blobs nobody references any more (their files are to be deleted). */
-export interface MarkDeletedResult {
-  deleted: AttachmentRecord[]
-  orphanBlobs: BlobRecord[]
-}
-
-/** Largest number of bound values put in one `IN (...)` list. */
-const IN_CHUNK = 500
-const INT32_MAX = 2_147_483_647
 /** How many times a transaction chosen as a deadlock victim is tried in all. */
 const DEADLOCK_ATTEMPTS = 4
 
@@ -134,7 +73,11 @@ export class AttachRepository {
     this.#dialect = dialectOf(db)
     this.#directRead = directReadOf(db)
     this.variants = new VariantRows(this.#db, this.#dialect)
+    this.operations = new OperationsRows(this.#db, (fn) => this.#transaction(fn))
   }
+
+  /** The queries of the `attach-storage` command. */
+  readonly operations: OperationsRows
 
   /** The uploads not committed yet, per user (`attach_pending`, service/quota.ts). */
   get pending(): PendingUploads {
@@ -405,86 +348,7 @@ export class AttachRepository {
       assertSort(r.rec.sort)
     }
     if (sorts.length === 0 && reuses.length === 0) return { sorted: [], created: [] }
-    return this.#transaction(async (trx) => {
-      const sorted = sorts.map(() => false)
-      const byCategory = new Map<string, number[]>()
-      sorts.forEach((s, i) => {
-        if (!isId(s.id)) return
-        const list = byCategory.get(s.refCategory) ?? []
-        list.push(i)
-        byCategory.set(s.refCategory, list)
-      })
-      const sortValue = (n: number) => (this.#dialect === 'postgres' ? sql<number>`cast(${n} as integer)` : sql<number>`${n}`)
-      for (const [refCategory, indexes] of byCategory) {
-        for (const part of chunk(indexes, IN_CHUNK)) {
-          const ours = (q: any) =>
-            q
-              .where(
-                'id',
-                'in',
-                part.map((i) => sorts[i]!.id),
-              )
-              .where('ref_domain', '=', ref.refDomain)
-              .where('ref_key', '=', ref.refKey)
-              .where('ref_category', '=', refCategory)
-              .where('deleted', '=', 0)
-          const found = new Set(
-            (await ours(trx.selectFrom(FILE_TABLE).select('id')).execute()).map((r: { id: DbInteger }) => toNumber(r.id)),
-          )
-          const hits = part.filter((i) => found.has(sorts[i]!.id))
-          if (hits.length === 0) continue
-          const cases = sql.join(
-            hits.map((i) => sql`when ${sorts[i]!.id} then ${sortValue(sorts[i]!.sort)}`),
-            sql` `,
-          )
-          await ours(trx.updateTable(FILE_TABLE).set({ sort: sql<number>`case id ${cases} else sort end` })).execute()
-          for (const i of hits) sorted[i] = true
-          await this.#breathe()
-        }
-      }
-
-      const created: Array<AttachmentRecord | null> = reuses.map(() => null)
-      const byBlob = new Map<number, number[]>()
-      reuses.forEach((r, i) => {
-        const list = byBlob.get(r.blobId) ?? []
-        list.push(i)
-        byBlob.set(r.blobId, list)
-      })
-      const now = new Date().toISOString()
-      for (const [blobId, indexes] of [...byBlob].sort(([a], [b]) => a - b)) {
-        // One claim per blob for all its new records; a blob no longer live takes none.
-        const claimed = await trx
-          .updateTable(BLOB_TABLE)
-          .set({ ref_count: sql<number>`ref_count + ${indexes.length}`, updated_dt: now })
-          .where('id', '=', blobId)
-          .where('ref_count', '>', 0)
-          .executeTakeFirst()
-        if (Number(claimed.numUpdatedRows) === 0) continue
-        const blob = await selectBlob(trx, blobId)
-        if (this.#dialect === 'mysql') {
-          for (const i of indexes) {
-            const result = await trx.insertInto(FILE_TABLE).values(recordRow(reuses[i]!.rec, blob)).executeTakeFirstOrThrow()
-            const row = await trx.selectFrom(FILE_TABLE).selectAll().where('id', '=', Number(result.insertId)).executeTakeFirstOrThrow()
-            created[i] = mapRecord(row)
-          }
-          continue
-        }
-        for (const part of chunk(indexes, 50)) {
-          const rows = await trx
-            .insertInto(FILE_TABLE)
-            .values(part.map((i) => recordRow(reuses[i]!.rec, blob)))
-            .returningAll()
-            .execute()
-          // The ids of one statement's rows follow the order of its values.
-          rows.sort((a, b) => toNumber(a.id) - toNumber(b.id))
-          part.forEach((i, k) => {
-            created[i] = mapRecord(rows[k]!)
-          })
-          await this.#breathe()
-        }
-      }
-      return { sorted, created }
-    })
+    return this.#transaction((trx) => applySaveIn(trx, this.#dialect, () => this.#breathe(), ref, sorts, reuses))
   }
 
   /** Sets the `sort` of a live record, only when it belongs to `ref`. True when a row was updated. */
@@ -637,251 +501,8 @@ export class AttachRepository {
     return rows.map(mapBlob)
   }
 
-  /**
-   * Operations (the `attach-storage` command): blobs with at least one live record, by id above
-   * `afterId`, at most `limit`; with `refDomain`, only blobs a live record of that domain points at, with
-   * `store`, only blobs of that store. Walk a whole table page by page without holding it.
-   */
-  async pageLiveBlobs(afterId: number, limit: number, where: { refDomain?: string; store?: string } = {}): Promise<BlobRecord[]> {
-    let q = this.#db.selectFrom(BLOB_TABLE).selectAll().where('id', '>', afterId).where('ref_count', '>', 0)
-    if (where.store !== undefined) q = q.where('store', '=', where.store)
-    if (where.refDomain !== undefined) {
-      const refDomain = where.refDomain
-      q = q.where((eb) =>
-        eb.exists(
-          eb
-            .selectFrom(FILE_TABLE)
-            .select(sql<number>`1`.as('one'))
-            .whereRef(`${FILE_TABLE}.blob_id`, '=', `${BLOB_TABLE}.id`)
-            .where(`${FILE_TABLE}.ref_domain`, '=', refDomain)
-            .where(`${FILE_TABLE}.deleted`, '=', 0),
-        ),
-      )
-    }
-    const rows = await q.orderBy('id').limit(limit).execute()
-    return rows.map(mapBlob)
-  }
-
-  /** Operations: live records of a domain with id above `afterId`, by id, at most `limit`. */
-  async pageDomainRecords(refDomain: string, afterId: number, limit: number): Promise<AttachmentRecord[]> {
-    const rows = await this.#db
-      .selectFrom(FILE_TABLE)
-      .selectAll()
-      .where('ref_domain', '=', refDomain)
-      .where('deleted', '=', 0)
-      .where('id', '>', afterId)
-      .orderBy('id')
-      .limit(limit)
-      .execute()
-    return rows.map(mapRecord)
-  }
-
-  /**
-   * Operations: which of these places of a store a blob row names (any state), as `savedDir + savedName`.
-   * Finds the files of a store that no row points to.
-   */
-  async knownPlaces(store: string, places: Array<{ savedDir: string; savedName: string }>): Promise<Set<string>> {
-    const known = new Set<string>()
-    for (const part of chunk(places, IN_CHUNK)) {
-      const rows = await this.#db
-        .selectFrom(BLOB_TABLE)
-        .select(['saved_dir', 'saved_name'])
-        .where('store', '=', store)
-        .where('saved_dir', 'in', [...new Set(part.map((p) => p.savedDir))])
-        .where(
-          'saved_name',
-          'in',
-          part.map((p) => p.savedName),
-        )
-        .execute()
-      for (const r of rows) known.add(r.saved_dir + r.saved_name)
-    }
-    return known
-  }
-
-  /**
-   * Operations: points blobs (and their records) that are in store `from` at store `to`, whose copy of
-   * the same key holds the same bytes. Answers how many blobs moved.
-   */
-  async switchBlobStore(blobIds: number[], from: string, to: string): Promise<number> {
-    let moved = 0
-    for (const part of chunk(blobIds.filter(isId), IN_CHUNK)) {
-      moved += await this.#transaction(async (trx) => {
-        const r = await trx
-          .updateTable(BLOB_TABLE)
-          .set({ store: to, updated_dt: new Date().toISOString() })
-          .where('id', 'in', part)
-          .where('store', '=', from)
-          .executeTakeFirst()
-        await trx.updateTable(FILE_TABLE).set({ store: to }).where('blob_id', 'in', part).where('store', '=', from).execute()
-        return Number(r.numUpdatedRows)
-      })
-    }
-    return moved
-  }
-
-  /** Operations: live records and their bytes per domain, category and store; blobs and bytes per store. */
-  async stats(): Promise<{
-    records: Array<{ refDomain: string; refCategory: string; store: string; count: number; bytes: number }>
-    blobs: Array<{ store: string; count: number; bytes: number; pending: number }>
-  }> {
-    const records = await this.#db
-      .selectFrom(FILE_TABLE)
-      .select(['ref_domain', 'ref_category', 'store'])
-      .select((eb) => [eb.fn.countAll<DbInteger>().as('n'), eb.fn.sum<DbInteger>('file_size').as('bytes')])
-      .where('deleted', '=', 0)
-      .groupBy(['ref_domain', 'ref_category', 'store'])
-      .orderBy('ref_domain')
-      .orderBy('ref_category')
-      .orderBy('store')
-      .execute()
-    const blobs = await this.#db
-      .selectFrom(BLOB_TABLE)
-      .select('store')
-      .select((eb) => [
-        eb.fn.countAll<DbInteger>().as('n'),
-        eb.fn.sum<DbInteger>('file_size').as('bytes'),
-        eb.fn.sum<DbInteger>(sql`case when ref_count > 0 then 0 else 1 end`).as('pending'),
-      ])
-      .groupBy('store')
-      .orderBy('store')
-      .execute()
-    return {
-      records: records.map((r) => ({
-        refDomain: r.ref_domain,
-        refCategory: r.ref_category,
-        store: r.store,
-        count: toNumber(r.n),
-        bytes: toNumber(r.bytes ?? 0),
-      })),
-      blobs: blobs.map((r) => ({ store: r.store, count: toNumber(r.n), bytes: toNumber(r.bytes ?? 0), pending: toNumber(r.pending ?? 0) })),
-    }
-  }
-
-  /** Operations: how many blobs {@link listDeadBlobs} would find (what a sweep purges). */
-  async countDeadBlobs(olderThan: string): Promise<number> {
-    const row = await this.#db
-      .selectFrom(BLOB_TABLE)
-      .select((eb) => eb.fn.countAll<DbInteger>().as('n'))
-      .where('ref_count', '<=', 0)
-      .where('updated_dt', '<', olderThan)
-      .executeTakeFirstOrThrow()
-    return toNumber(row.n)
-  }
-
   /** Closes the database (`db.destroy()`). */
   async close(): Promise<void> {
     await this.#db.destroy()
   }
-}
-
-/** The row of a new record bound to `blob`: the file part is the blob's. */
-function recordRow(rec: NewRecord, blob: BlobRow) {
-  return {
-    ref_domain: rec.refDomain,
-    ref_key: rec.refKey,
-    ref_category: rec.refCategory,
-    display_name: rec.displayName,
-    saved_name: blob.saved_name,
-    saved_dir: blob.saved_dir,
-    file_type: blob.file_type,
-    file_size: toNumber(blob.file_size),
-    ext: rec.ext ?? null,
-    fmeta_value: rec.fmetaValue ?? null,
-    sort: rec.sort,
-    created_by: rec.createdBy === null || rec.createdBy === undefined ? null : String(rec.createdBy),
-    created_dt: rec.createdDt,
-    deleted: 0,
-    deleted_dt: null,
-    sha256: blob.sha256,
-    store: blob.store,
-    blob_id: toNumber(blob.id),
-  }
-}
-
-async function selectBlob(trx: Trx, id: number): Promise<BlobRow> {
-  return trx.selectFrom(BLOB_TABLE).selectAll().where('id', '=', id).executeTakeFirstOrThrow()
-}
-
-/** A deadlock error of MySQL (`ER_LOCK_DEADLOCK`, 1213) or PostgreSQL (`40P01`). */
-function isDeadlock(err: unknown): boolean {
-  const e = err as { errno?: unknown; code?: unknown } | null
-  return typeof e === 'object' && e !== null && (e.errno === 1213 || e.code === 'ER_LOCK_DEADLOCK' || e.code === '40P01')
-}
-
-function toNumber(value: DbInteger): number {
-  return typeof value === 'number' ? value : Number(value)
-}
-
-/** `createdBy` is stored as text; a canonical decimal integer (what `String(n)` gives) comes back as a number. */
-function mapCreatedBy(value: string | null): UserId | null {
-  if (value === null || value === undefined) return null
-  if (/^-?(0|[1-9]\d*)$/.test(value)) {
-    const n = Number(value)
-    if (Number.isSafeInteger(n)) return n
-  }
-  return value
-}
-
-export function mapRecord(r: FileRow): AttachmentRecord {
-  return {
-    id: toNumber(r.id),
-    refDomain: r.ref_domain,
-    refKey: r.ref_key,
-    refCategory: r.ref_category,
-    displayName: r.display_name,
-    savedName: r.saved_name,
-    savedDir: r.saved_dir,
-    fileType: r.file_type,
-    fileSize: toNumber(r.file_size),
-    ext: r.ext ?? null,
-    fmetaValue: r.fmeta_value ?? null,
-    sort: toNumber(r.sort),
-    createdBy: mapCreatedBy(r.created_by),
-    createdDt: r.created_dt,
-    // char(64) pads on PostgreSQL; a hex digest never ends in a space.
-    sha256: r.sha256.trimEnd(),
-    store: r.store,
-    blobId: toNumber(r.blob_id),
-  }
-}
-
-function mapBlob(r: BlobRow): BlobRecord {
-  return {
-    id: toNumber(r.id),
-    store: r.store,
-    savedDir: r.saved_dir,
-    savedName: r.saved_name,
-    fileSize: toNumber(r.file_size),
-    fileType: r.file_type,
-    sha256: r.sha256.trimEnd(),
-    refCount: toNumber(r.ref_count),
-    createdDt: r.created_dt,
-  }
-}
-
-function isId(id: unknown): id is number {
-  return typeof id === 'number' && Number.isSafeInteger(id) && id > 0
-}
-
-function assertId(id: unknown, name: string): asserts id is number {
-  if (!isId(id)) throw badRequest(`${name} must be a positive integer`)
-}
-
-function assertSort(sort: unknown): asserts sort is number {
-  if (typeof sort !== 'number' || !Number.isSafeInteger(sort) || sort < 0 || sort > INT32_MAX) {
-    throw badRequest('sort must be an integer from 0')
-  }
-}
-
-function assertSize(size: unknown): asserts size is number {
-  if (typeof size !== 'number' || !Number.isSafeInteger(size) || size < 0) {
-    throw badRequest('fileSize must be a non-negative integer')
-  }
-}
-
-function chunk<T>(items: T[], size: number): T[][] {
-  const parts: T[][] = []
-  for (let i = 0; i < items.length; i += size) parts.push(items.slice(i, i + size))
-  return parts
 }

@@ -59,28 +59,30 @@ for (const dialect of DIALECTS) {
       const b = await add('opsa', 20)
       const c = await add('opsb', 30)
       const pending = await add('opsa', 40, false)
-      const firstPage = await repo.pageLiveBlobs(0, 1, { refDomain: 'opsa' })
+      const firstPage = await repo.operations.pageLiveBlobs(0, 1, { refDomain: 'opsa' })
       expect(firstPage.map((x) => x.id)).toEqual([a.id])
-      expect((await repo.pageLiveBlobs(a.id, 10, { refDomain: 'opsa' })).map((x) => x.id)).toEqual([b.id])
-      expect((await repo.pageLiveBlobs(0, 10, { store: 'local' })).map((x) => x.id)).toEqual(expect.arrayContaining([a.id, b.id, c.id]))
-      expect((await repo.pageLiveBlobs(0, 100)).some((x) => x.id === pending.id)).toBe(false)
-      const known = await repo.knownPlaces('local', [
+      expect((await repo.operations.pageLiveBlobs(a.id, 10, { refDomain: 'opsa' })).map((x) => x.id)).toEqual([b.id])
+      expect((await repo.operations.pageLiveBlobs(0, 10, { store: 'local' })).map((x) => x.id)).toEqual(
+        expect.arrayContaining([a.id, b.id, c.id]),
+      )
+      expect((await repo.operations.pageLiveBlobs(0, 100)).some((x) => x.id === pending.id)).toBe(false)
+      const known = await repo.operations.knownPlaces('local', [
         { savedDir: a.savedDir, savedName: a.savedName },
         { savedDir: a.savedDir, savedName: 'nobody.bin' },
       ])
       expect([...known]).toEqual([a.savedDir + a.savedName])
-      const stats = await repo.stats()
+      const stats = await repo.operations.stats()
       expect(stats.records.filter((r) => r.refDomain.startsWith('ops'))).toEqual([
         { refDomain: 'opsa', refCategory: 'default', store: 'local', count: 2, bytes: 30 },
         { refDomain: 'opsb', refCategory: 'default', store: 'local', count: 1, bytes: 30 },
       ])
-      expect(await repo.countDeadBlobs(new Date(Date.now() + 60_000).toISOString())).toBeGreaterThanOrEqual(1)
-      expect(await repo.switchBlobStore([a.id, b.id], 'local', 's3')).toBe(2)
-      expect(await repo.switchBlobStore([a.id], 'local', 's3')).toBe(0)
+      expect(await repo.operations.countDeadBlobs(new Date(Date.now() + 60_000).toISOString())).toBeGreaterThanOrEqual(1)
+      expect(await repo.operations.switchBlobStore([a.id, b.id], 'local', 's3')).toBe(2)
+      expect(await repo.operations.switchBlobStore([a.id], 'local', 's3')).toBe(0)
       expect((await repo.findBlobById(a.id))?.store).toBe('s3')
-      const records = await repo.pageDomainRecords('opsa', 0, 10)
+      const records = await repo.operations.pageDomainRecords('opsa', 0, 10)
       expect(records.map((r) => r.store)).toEqual(['s3', 's3'])
-      expect(await repo.pageLiveBlobs(0, 10, { refDomain: 'opsa', store: 'local' })).toEqual([])
+      expect(await repo.operations.pageLiveBlobs(0, 10, { refDomain: 'opsa', store: 'local' })).toEqual([])
     })
 
     const variantRow = (fileId: number, name: string, spec = '20x20', fileSize = 10) => ({
