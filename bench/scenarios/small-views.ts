@@ -6,7 +6,7 @@
 import { existsSync } from 'node:fs'
 import { mkdtemp, rm, writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
-import { type FrontServer, NGINX, startNginx } from '../../packages/attach-storage/src/http/test-front-servers.js'
+import { type FrontServer, NGINX, startNginx } from '../../packages/attach-storage/src/testing/front-servers.js'
 import { paddedJpeg } from '../lib/files.js'
 import { request } from '../lib/http.js'
 import { startServer, type Server } from '../lib/proc.js'

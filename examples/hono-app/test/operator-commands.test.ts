@@ -11,8 +11,8 @@ import { tmpdir } from 'node:os'
 import { basename, dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { roundTrip, seedDataDir, showMoves } from '../../../packages/attach-storage/src/cli/test-kit.js'
-import { openDataDir } from '../../../packages/attach-storage/src/cli/test-seed.js'
+import { roundTrip, seedDataDir, showMoves } from '../../../packages/attach-storage/src/testing/cli-kit.js'
+import { openDataDir } from '../../../packages/attach-storage/src/testing/cli-seed.js'
 import { startS3rver, type TestS3Server } from '../../../packages/store-s3/src/test-server.js'
 
 const here = dirname(fileURLToPath(import.meta.url))

@@ -5,6 +5,6 @@
  */
 export { describeStoreConformance, generatedStream } from './stores/conformance.js'
 export type { StoreConformanceOptions, StoreConformanceSetup } from './stores/conformance.js'
-export { type SaveThroughHandlerOptions, saveThroughHandler } from './http/save-through-handler.js'
+export { type SaveThroughHandlerOptions, saveThroughHandler } from './testing/save-through-handler.js'
 export { expectRedirectServing, type RedirectServingOptions } from './stores/redirect-conformance.js'
 export { type DirectUploadsOptions, expectDirectUploads } from './stores/direct-upload-conformance.js'

@@ -4,8 +4,8 @@ import { tmpdir } from 'node:os'
 import { dirname, join } from 'node:path'
 import { afterEach, beforeEach, describe, expect, it } from 'vitest'
 import { escapeControls, escapeLine } from './escape.js'
-import { archiveConfig, runCli, seedDataDir } from './test-kit.js'
-import { openDataDir } from './test-seed.js'
+import { archiveConfig, runCli, seedDataDir } from '../testing/cli-kit.js'
+import { openDataDir } from '../testing/cli-seed.js'
 
 let dataDir: string
 beforeEach(() => {

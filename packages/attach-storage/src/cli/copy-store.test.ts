@@ -8,7 +8,7 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, truncateSync, writeFileS
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { afterEach, beforeEach, describe, expect, it } from 'vitest'
-import { roundTrip, runCli, seedDataDir, showMoves } from './test-kit.js'
+import { roundTrip, runCli, seedDataDir, showMoves } from '../testing/cli-kit.js'
 
 let dataDir: string
 beforeEach(() => {

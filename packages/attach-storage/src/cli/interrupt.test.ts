@@ -10,7 +10,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
-import { archiveConfig, seedDataDir } from './test-kit.js'
+import { archiveConfig, seedDataDir } from '../testing/cli-kit.js'
 
 const BIN = fileURLToPath(new URL('../../bin/attach-storage.js', import.meta.url))
 

@@ -3,7 +3,7 @@ import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { Writable } from 'node:stream'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { makeKit, png, saveFile, type Kit } from '../http/test-kit.js'
+import { makeKit, png, saveFile, type Kit } from '../testing/handler-kit.js'
 import { main } from './main.js'
 import type { CliIo } from './runtime.js'
 

@@ -4,7 +4,7 @@
  */
 import { SignJWT } from 'jose'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { makeKit, SECRET, type Kit } from './test-kit.js'
+import { makeKit, SECRET, type Kit } from '../testing/handler-kit.js'
 
 const API = '/api/storage'
 const ASSETS = '/assets/storage'

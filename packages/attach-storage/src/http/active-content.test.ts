@@ -5,7 +5,7 @@
  * direct upload).
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { makeKit, type Kit } from './test-kit.js'
+import { makeKit, type Kit } from '../testing/handler-kit.js'
 
 const API = '/api/storage'
 const ASSETS = '/assets/storage'

@@ -6,7 +6,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { cleanDisplayName } from '../service/names.js'
-import { type Kit, makeKit, png } from './test-kit.js'
+import { type Kit, makeKit, png } from '../testing/handler-kit.js'
 
 const API = '/api/storage'
 const ASSETS = '/assets/storage'

@@ -22,7 +22,7 @@ import { createAttachStorage, type AttachStorage } from '../service/attach-stora
 import { bearerToken, createJwtVerifier } from '../service/auth.js'
 import type { FileDescription, Logger } from '../service/types.js'
 import { createAttachHandler, type AttachHandler } from './handler.js'
-import { png, SECRET, token } from './test-kit.js'
+import { png, SECRET, token } from '../testing/handler-kit.js'
 
 const SEED = Number(process.env.FUZZ_SEED ?? Date.now() % 2 ** 31)
 // Printed so that a failing run can be replayed with FUZZ_SEED=<seed> (and FUZZ_PATH=<path>).

@@ -8,7 +8,7 @@ import { createHmac } from 'node:crypto'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { bearerToken, createJwtVerifier } from '../service/auth.js'
 import type { FileDescription } from '../service/types.js'
-import { makeKit, SECRET, token, type Kit } from './test-kit.js'
+import { makeKit, SECRET, token, type Kit } from '../testing/handler-kit.js'
 
 const API = '/api/storage'
 const ASSETS = '/assets/storage'

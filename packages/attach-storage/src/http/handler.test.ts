@@ -4,7 +4,7 @@ import { join } from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { DIALECTS } from '../../../../test/databases.js'
 import { createAttachStorage } from '../service/attach-storage.js'
-import { makeKit, png, token, type Kit } from './test-kit.js'
+import { makeKit, png, token, type Kit } from '../testing/handler-kit.js'
 
 const API = '/api/storage'
 const ASSETS = '/assets/storage'

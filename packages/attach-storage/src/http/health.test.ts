@@ -6,7 +6,7 @@ import { AttachStorageError } from '../errors.js'
 import { LocalStore } from '../stores/local-store.js'
 import type { Store } from '../stores/store.js'
 import { createHealthHandlers } from './health.js'
-import { type Kit, makeKit } from './test-kit.js'
+import { type Kit, makeKit } from '../testing/handler-kit.js'
 
 /** A local store whose `exists` fails (`down`) or never answers (`hung`) while its mode says so. */
 function flakyStore(dir: string, mode: { now: 'up' | 'down' | 'hung' }): Store {

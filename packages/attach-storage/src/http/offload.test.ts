@@ -11,8 +11,8 @@ import { join } from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { LocalStore } from '../stores/local-store.js'
 import type { PresignGetOptions, Store } from '../stores/store.js'
-import { type Kit, makeKit, png, saveFile, token } from './test-kit.js'
-import { type FrontServer, type NodeUpstream, serveOnNode, startLighttpd, startNginx } from './test-front-servers.js'
+import { type Kit, makeKit, png, saveFile, token } from '../testing/handler-kit.js'
+import { type FrontServer, type NodeUpstream, serveOnNode, startLighttpd, startNginx } from '../testing/front-servers.js'
 
 const ASSETS = '/assets/storage'
 const sha = (b: Uint8Array) => createHash('sha256').update(b).digest('hex')

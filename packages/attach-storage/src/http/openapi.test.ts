@@ -2,7 +2,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { openApiDocument } from './openapi.js'
 import { answerChecker, redoclyProblems } from './openapi-check.js'
-import { type Kit, makeKit, SECRET } from './test-kit.js'
+import { type Kit, makeKit, SECRET } from '../testing/handler-kit.js'
 
 describe('the OpenAPI document', () => {
   let kit: Kit

@@ -6,7 +6,7 @@ import { join } from 'node:path'
 import sharp from 'sharp'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { AttachEvents } from '../service/attach-storage.js'
-import { makeKit, saveFile, token, type Kit } from './test-kit.js'
+import { makeKit, saveFile, token, type Kit } from '../testing/handler-kit.js'
 
 const API = '/api/storage'
 const ASSETS = '/assets/storage'

@@ -10,8 +10,8 @@ import type { Readable } from 'node:stream'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import * as zipMedia from '../media/zip.js'
 import { nodeBodyOf } from './node-body.js'
-import { type NodeUpstream, serveOnNode } from './test-front-servers.js'
-import { type Kit, makeKit, saveFile } from './test-kit.js'
+import { type NodeUpstream, serveOnNode } from '../testing/front-servers.js'
+import { type Kit, makeKit, saveFile } from '../testing/handler-kit.js'
 
 const ASSETS = '/assets/storage'
 const MB = 1024 * 1024

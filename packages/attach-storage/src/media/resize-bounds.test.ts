@@ -8,7 +8,7 @@ import sharp from 'sharp'
 import { rm } from 'node:fs/promises'
 import { join } from 'node:path'
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest'
-import { makeKit, saveFile, type Kit } from '../http/test-kit.js'
+import { makeKit, saveFile, type Kit } from '../testing/handler-kit.js'
 import type { Store } from '../stores/store.js'
 import { Resizer } from './resize.js'
 

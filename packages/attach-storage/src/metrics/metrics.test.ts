@@ -6,7 +6,7 @@ import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-ho
 import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from '@opentelemetry/sdk-trace-base'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { AttachStorageError } from '../errors.js'
-import { type Kit, makeKit, png, saveFile } from '../http/test-kit.js'
+import { type Kit, makeKit, png, saveFile } from '../testing/handler-kit.js'
 import { LocalStore } from '../stores/local-store.js'
 import type { Store } from '../stores/store.js'
 import { createPrometheusMetrics } from './index.js'

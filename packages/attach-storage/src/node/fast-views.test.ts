@@ -4,8 +4,8 @@
  * and status, headers (but Date) and body must be the same.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { type Kit, makeKit, png, saveFile, token } from '../http/test-kit.js'
-import { type NodeUpstream, serveOnNode } from '../http/test-front-servers.js'
+import { type Kit, makeKit, png, saveFile, token } from '../testing/handler-kit.js'
+import { type NodeUpstream, serveOnNode } from '../testing/front-servers.js'
 import { createFastViews, type FastViews } from './index.js'
 
 const ASSETS = '/assets/storage'

@@ -6,7 +6,7 @@ import { createServer, request as httpRequest, type IncomingMessage, type Server
 import { connect, type AddressInfo, type Socket } from 'node:net'
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
 import { nodeRequestBodyOf } from '../http/node-body.js'
-import { makeKit, token, type Kit } from '../http/test-kit.js'
+import { makeKit, token, type Kit } from '../testing/handler-kit.js'
 import { floodOfEarlyAnswers } from '../../../../test/early-answers.js'
 import { AttachStorageError, tooLarge } from '../errors.js'
 import {

@@ -6,7 +6,7 @@
 import { readFile, utimes, writeFile, mkdir } from 'node:fs/promises'
 import { join } from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { makeKit, png, type Kit } from '../http/test-kit.js'
+import { makeKit, png, type Kit } from '../testing/handler-kit.js'
 
 const API = '/api/storage'
 const text = (s: string, type = 'text/plain') => new Blob([s], { type })

@@ -7,7 +7,7 @@
 import { monitorEventLoopDelay } from 'node:perf_hooks'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { DIALECTS } from '../../../../test/databases.js'
-import { type Kit, makeKit, token } from '../http/test-kit.js'
+import { type Kit, makeKit, token } from '../testing/handler-kit.js'
 import { ENTRIES_CEILING } from './bag.js'
 import { FAILURES_LISTED } from './commit.js'
 

@@ -8,7 +8,7 @@ import { join } from 'node:path'
 import pg from 'pg'
 import sharp from 'sharp'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { makeKit, png, saveFile, type Kit } from '../http/test-kit.js'
+import { makeKit, png, saveFile, type Kit } from '../testing/handler-kit.js'
 import type { Instrumentation } from './instrumentation.js'
 import { VARIANT_QUEUE_NAME } from './variant-queue-pgboss.js'
 

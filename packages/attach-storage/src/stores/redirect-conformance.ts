@@ -2,7 +2,7 @@ import { createHash, randomBytes } from 'node:crypto'
 import { expect } from 'vitest'
 import type { AttachHandler } from '../http/handler.js'
 import { contentDisposition } from '../http/serve.js'
-import { saveThroughHandler } from '../http/save-through-handler.js'
+import { saveThroughHandler } from '../testing/save-through-handler.js'
 import type { AttachmentView } from '../model.js'
 
 /** What {@link expectRedirectServing} needs: a service whose store is declared with `serve: redirect`. */

@@ -5,7 +5,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { checkStoreDeclarations, parseAttachConfig } from '../../config/schema.js'
-import { type Kit, makeKit } from '../test-kit.js'
+import { type Kit, makeKit } from '../../testing/handler-kit.js'
 
 const API = '/api/storage'
 

@@ -3,7 +3,7 @@
  * JSON `{code, message}` naming the field, does no work, and leaves nothing behind.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { type Kit, makeKit, saveFile } from '../test-kit.js'
+import { type Kit, makeKit, saveFile } from '../../testing/handler-kit.js'
 
 const API = '/api/storage'
 const ASSETS = '/assets/storage'

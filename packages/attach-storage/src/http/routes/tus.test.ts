@@ -5,7 +5,7 @@ import { join } from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { LocalStore } from '../../stores/local-store.js'
 import type { Store } from '../../stores/store.js'
-import { makeKit, png, type Kit } from '../test-kit.js'
+import { makeKit, png, type Kit } from '../../testing/handler-kit.js'
 
 const TUS = '/api/storage/attach/tus'
 const b64 = (s: string) => Buffer.from(s).toString('base64')

@@ -1,5 +1,5 @@
 import type { AttachmentView } from '../model.js'
-import type { AttachHandler } from './handler.js'
+import type { AttachHandler } from '../http/handler.js'
 
 /** What {@link saveThroughHandler} saves, and as whom. */
 export interface SaveThroughHandlerOptions {

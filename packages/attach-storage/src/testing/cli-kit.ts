@@ -6,9 +6,9 @@ import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { Writable } from 'node:stream'
 import { LocalStore } from '../stores/local-store.js'
-import { main } from './main.js'
-import type { CliIo } from './runtime.js'
-import { openDataDir, type SeededFile, seedFiles } from './test-seed.js'
+import { main } from '../cli/main.js'
+import type { CliIo } from '../cli/runtime.js'
+import { openDataDir, type SeededFile, seedFiles } from './cli-seed.js'
 
 /** Seeds `count` files of `size` bytes (default 1000) of `domain` (default demo) into `dataDir`'s local store and SQLite file. */
 export async function seedDataDir(

@@ -11,9 +11,9 @@ import { openTestDatabase, type TestDialect } from '../../../../test/databases.j
 import { createAttachStorage, type AttachStorage, type AttachStorageOptions } from '../service/attach-storage.js'
 import { bearerToken, createJwtVerifier } from '../service/auth.js'
 import type { FileDescription, Logger } from '../service/types.js'
-import { createAttachHandler, type AttachHandler } from './handler.js'
-import { openApiDocument } from './openapi.js'
-import { answerChecker, checkAnswer } from './openapi-check.js'
+import { createAttachHandler, type AttachHandler } from '../http/handler.js'
+import { openApiDocument } from '../http/openapi.js'
+import { answerChecker, checkAnswer } from '../http/openapi-check.js'
 
 export const SECRET = 'test-secret-of-at-least-16-bytes'
 
