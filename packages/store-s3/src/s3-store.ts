@@ -1,10 +1,6 @@
-import { Readable, PassThrough } from 'node:stream'
-import { pipeline } from 'node:stream/promises'
+import { Readable } from 'node:stream'
 import {
-  AbortMultipartUploadCommand,
-  CompleteMultipartUploadCommand,
   CopyObjectCommand,
-  CreateMultipartUploadCommand,
   DeleteObjectCommand,
   GetObjectCommand,
   HeadBucketCommand,
@@ -12,13 +8,10 @@ import {
   ListObjectsV2Command,
   PutObjectCommand,
   S3Client,
-  UploadPartCopyCommand,
-  type CompletedPart,
   type GetObjectCommandOutput,
   type HeadObjectCommandOutput,
   type S3ClientConfig,
 } from '@aws-sdk/client-s3'
-import { Upload } from '@aws-sdk/lib-storage'
 import { getSignedUrl } from '@aws-sdk/s3-request-presigner'
 import {
   AttachStorageError,
@@ -42,15 +35,16 @@ import {
   type StoreListEntry,
   type StoreStat,
 } from 'attach-storage/store-kit'
-import { isAbortError, isInvalidRange, isMissingObject, reasonOf, sanitizeCause, sizeFromRangeError } from './errors.js'
-import { objectHeaders, SAFE_TYPE } from './object-headers.js'
-import { MAX_PART_SIZE, resolveS3Settings, type ResolvedS3Settings, type S3StoreSettings } from './settings.js'
+import { isInvalidRange, isMissingObject, reasonOf, sanitizeCause, sizeFromRangeError } from './errors.js'
+import { multipartCopy } from './multipart-copy.js'
+import { bodyOf, parseContentRange, sliceOf } from './object-bodies.js'
+import { SAFE_TYPE } from './object-headers.js'
+import { MiB, putObject, putStream, SINGLE_PUT_MAX, slices } from './object-uploads.js'
+import { resolveS3Settings, type ResolvedS3Settings, type S3StoreSettings } from './settings.js'
+import type { S3Calls } from './store-calls.js'
 
-const MiB = 1024 * 1024
-/** Objects up to this size are written with one PutObject; larger (or longer) bodies go multipart. */
-export const SINGLE_PUT_MAX = 5 * MiB
-/** S3's limit of parts per multipart upload. */
-const MAX_PARTS = 10_000
+export { SINGLE_PUT_MAX } from './object-uploads.js'
+
 /** The longest validity of a signature version 4 presigned address (7 days). */
 const MAX_PRESIGN_SECONDS = 7 * 24 * 3600
 /** S3's (and the core's) longest key, in bytes. */
@@ -113,6 +107,8 @@ export class S3Store implements Store {
   readonly #ownsClient: boolean
   /** Values that must never appear in a message. */
   readonly #secrets: string[]
+  /** What the upload and copy modules use of the store. */
+  readonly #calls: S3Calls
   #client: S3Client | undefined
 
   constructor(name: string, options: S3StoreOptions) {
@@ -131,6 +127,17 @@ export class S3Store implements Store {
     this.#ownsClient = client === undefined
     const c = this.#settings.credentials
     this.#secrets = [c?.secretAccessKey, c?.sessionToken, c?.accessKeyId].filter((s): s is string => !!s)
+    const clientOf = (): S3Client => this.client
+    this.#calls = {
+      get client() {
+        return clientOf()
+      },
+      bucket: this.bucket,
+      settings: this.#settings,
+      call: (operation, key, run) => this.#call(operation, key, run),
+      failure: (message, cause) => this.#failure(message, cause),
+      wrap: (operation, key, err) => this.#wrap(operation, key, err),
+    }
   }
 
   /** The SDK client, created on first use from the settings (or the ready one given). */
@@ -176,16 +183,16 @@ export class S3Store implements Store {
     if (body instanceof Uint8Array) {
       const bytes = Buffer.from(body.buffer, body.byteOffset, body.byteLength)
       if (bytes.byteLength <= SINGLE_PUT_MAX) {
-        await this.#putObject(key, objectKey, bytes, contentType, signal)
+        await putObject(this.#calls, key, objectKey, bytes, contentType, signal)
         return { size: bytes.byteLength }
       }
       const stream = Readable.from(slices(bytes, MiB), { objectMode: false })
-      return this.#putStream(key, objectKey, stream, bytes.byteLength, contentType, signal)
+      return putStream(this.#calls, key, objectKey, stream, bytes.byteLength, contentType, signal)
     }
     if (!(body instanceof Readable) && typeof (body as { pipe?: unknown })?.pipe !== 'function') {
       throw new TypeError(`S3 store "${this.name}": put() takes a Readable or a Uint8Array`)
     }
-    return this.#putStream(key, objectKey, body, sizeHint, contentType, signal)
+    return putStream(this.#calls, key, objectKey, body, sizeHint, contentType, signal)
   }
 
   async get(key: string, range?: ByteRange): Promise<Readable> {
@@ -434,118 +441,6 @@ export class S3Store implements Store {
     return { size: head.ContentLength ?? 0, lastModified: head.LastModified ?? new Date(0), head }
   }
 
-  async #putObject(
-    key: string,
-    objectKey: string,
-    bytes: Buffer,
-    contentType: string | undefined,
-    signal: AbortSignal | undefined,
-  ): Promise<void> {
-    try {
-      await this.client.send(
-        new PutObjectCommand({
-          Bucket: this.bucket,
-          Key: objectKey,
-          Body: bytes,
-          ContentLength: bytes.byteLength,
-          ...objectHeaders(contentType),
-        }),
-        signal ? { abortSignal: signal } : {},
-      )
-    } catch (err) {
-      if (signal?.aborted) throw abortErrorOf(signal, err)
-      throw this.#wrap('PutObject', key, err)
-    }
-  }
-
-  /**
-   * Streams a body into S3. Unless the size is known to exceed {@link SINGLE_PUT_MAX}, the first 5 MiB
-   * (and one chunk) are read first: a body that ends there is one PutObject (retried by the SDK, with
-   * ContentLength); a longer one continues as a multipart upload of `partSize` parts.
-   */
-  async #putStream(
-    key: string,
-    objectKey: string,
-    body: Readable,
-    sizeHint: number | undefined,
-    contentType: string | undefined,
-    signal: AbortSignal | undefined,
-  ): Promise<{ size: number }> {
-    const pass = new PassThrough({ highWaterMark: 256 * 1024 })
-    let sourceFailed = false
-    let sourceError: unknown
-    const piping = pipeline(body, pass, signal ? { signal } : {}).then(
-      () => {},
-      (err: unknown) => {
-        sourceFailed = true
-        sourceError = err
-      },
-    )
-    const chunks = pass[Symbol.asyncIterator]() as AsyncIterator<Buffer>
-    let total = 0
-    let operation = 'PutObject'
-    try {
-      const head: Buffer[] = []
-      let ended = false
-      if (sizeHint === undefined || sizeHint <= SINGLE_PUT_MAX) {
-        while (total <= SINGLE_PUT_MAX) {
-          const next = await chunks.next()
-          if (next.done) {
-            ended = true
-            break
-          }
-          head.push(next.value)
-          total += next.value.length
-        }
-      }
-      if (ended) {
-        await piping
-        if (sourceFailed) throw sourceError
-        await this.#putObject(key, objectKey, Buffer.concat(head, total), contentType, signal)
-        return { size: total }
-      }
-
-      operation = 'multipart upload'
-      async function* rest(): AsyncGenerator<Buffer> {
-        yield* head.splice(0)
-        for (;;) {
-          const next = await chunks.next()
-          if (next.done) return
-          total += next.value.length
-          yield next.value
-        }
-      }
-      const { partSize, queueSize } = this.#settings
-      const parts = Readable.from(rest(), { objectMode: false, highWaterMark: 64 * 1024 })
-      // Its errors reach the upload through iteration; an error after the upload gave up goes nowhere.
-      parts.on('error', () => {})
-      const upload = new Upload({
-        client: this.client,
-        params: {
-          Bucket: this.bucket,
-          Key: objectKey,
-          Body: parts,
-          ...objectHeaders(contentType),
-        },
-        queueSize,
-        partSize: sizeHint === undefined ? partSize : Math.min(MAX_PART_SIZE, Math.max(partSize, Math.ceil(sizeHint / MAX_PARTS))),
-        leavePartsOnError: false,
-      })
-      await upload.done()
-      await piping
-      return { size: total }
-    } catch (err) {
-      // Stop reading the source (when it is not already finished or failed), then say who failed.
-      const alreadyDestroyed = pass.destroyed
-      if (!alreadyDestroyed) pass.destroy()
-      await piping
-      if (signal?.aborted) throw abortErrorOf(signal, sourceFailed ? sourceError : err)
-      if (err instanceof AttachStorageError || isAbortError(err)) throw err
-      if (sourceFailed && (alreadyDestroyed || err === sourceError)) throw sourceError
-      throw this.#wrap(operation, key, err)
-    }
-  }
-
   /**
    * Copies `source` to `target` (CopyObject, or a multipart copy above the threshold). Resolves `false`
    * when both are the same key (nothing to do), `true` after a copy. A missing source is `not-found`.
@@ -560,77 +455,8 @@ export class S3Store implements Store {
       )
       return true
     }
-    await this.#multipartCopy(from, to, target, copySource, head.size, head.head)
+    await multipartCopy(this.#calls, from, to, target, copySource, head.size, head.head)
     return true
-  }
-
-  /** UploadPartCopy in `copyPartSize` parts, `queueSize` at a time; aborted on any failure. */
-  async #multipartCopy(
-    from: string,
-    to: string,
-    target: string,
-    copySource: string,
-    size: number,
-    head: HeadObjectCommandOutput,
-  ): Promise<void> {
-    const created = await this.#call('CreateMultipartUpload', to, () =>
-      this.client.send(
-        new CreateMultipartUploadCommand({
-          Bucket: this.bucket,
-          Key: target,
-          ...(head.ContentType ? { ContentType: head.ContentType } : {}),
-          ...(head.CacheControl ? { CacheControl: head.CacheControl } : {}),
-          ...(head.ContentDisposition ? { ContentDisposition: head.ContentDisposition } : {}),
-          ...(head.ContentEncoding ? { ContentEncoding: head.ContentEncoding } : {}),
-          ...(head.Metadata ? { Metadata: head.Metadata } : {}),
-        }),
-      ),
-    )
-    const uploadId = created.UploadId
-    if (!uploadId) throw this.#failure(`CreateMultipartUpload of ${quoteKey(to)} failed: no UploadId in the answer`)
-    try {
-      const partSize = Math.min(MAX_PART_SIZE, Math.max(this.#settings.copyPartSize, Math.ceil(size / MAX_PARTS)))
-      const count = Math.ceil(size / partSize)
-      const parts: CompletedPart[] = new Array(count)
-      let nextPart = 0
-      const worker = async (): Promise<void> => {
-        while (nextPart < count) {
-          const index = nextPart++
-          const first = index * partSize
-          const last = Math.min(size, first + partSize) - 1
-          const out = await this.#call('UploadPartCopy', from, () =>
-            this.client.send(
-              new UploadPartCopyCommand({
-                Bucket: this.bucket,
-                Key: target,
-                UploadId: uploadId,
-                PartNumber: index + 1,
-                CopySource: copySource,
-                CopySourceRange: `bytes=${first}-${last}`,
-                ...(head.ETag ? { CopySourceIfMatch: head.ETag } : {}),
-              }),
-            ),
-          )
-          const etag = out.CopyPartResult?.ETag
-          if (!etag) throw this.#failure(`UploadPartCopy of ${quoteKey(from)} failed: no ETag for part ${index + 1}`)
-          parts[index] = { PartNumber: index + 1, ETag: etag }
-        }
-      }
-      await Promise.all(Array.from({ length: Math.min(this.#settings.queueSize, count) }, worker))
-      await this.#call('CompleteMultipartUpload', to, () =>
-        this.client.send(
-          new CompleteMultipartUploadCommand({
-            Bucket: this.bucket,
-            Key: target,
-            UploadId: uploadId,
-            MultipartUpload: { Parts: parts },
-          }),
-        ),
-      )
-    } catch (err) {
-      await this.client.send(new AbortMultipartUploadCommand({ Bucket: this.bucket, Key: target, UploadId: uploadId })).catch(() => {})
-      throw err
-    }
   }
 }
 
@@ -646,60 +472,4 @@ export const createStore: StoreFactory = async (name, settings) => {
   // The constructor validated the flag already.
   if (settings.verifyOnStart === true || settings.verifyOnStart === 'true') await store.verify()
   return store
-}
-
-// ----------------------------------------------------------------------------------------------------
-
-/** The GetObject body as a Node Readable (it is one in Node: the HTTP response itself). */
-function bodyOf(body: unknown): Readable {
-  if (body instanceof Readable) return body
-  if (body === undefined || body === null) return Readable.from([], { objectMode: false })
-  if (typeof (body as ReadableStream).getReader === 'function') {
-    return Readable.fromWeb(body as import('node:stream/web').ReadableStream<Uint8Array>)
-  }
-  throw new TypeError('Unexpected GetObject body type')
-}
-
-/** `bytes 0-99/1000` → {start, end, size}; undefined for anything else. */
-function parseContentRange(header: string | undefined): { start: number; end: number; size: number } | undefined {
-  const m = header ? /^\s*bytes\s+(\d+)-(\d+)\/(\d+)\s*$/i.exec(header) : null
-  if (!m) return undefined
-  return { start: Number(m[1]), end: Number(m[2]), size: Number(m[3]) }
-}
-
-/** Skips `skip` bytes of `source`, yields the next `take`, then stops reading it. */
-async function* sliceOf(source: Readable, skip: number, take: number): AsyncGenerator<Buffer> {
-  try {
-    for await (const chunk of source) {
-      let piece = chunk as Buffer
-      if (skip > 0) {
-        if (piece.length <= skip) {
-          skip -= piece.length
-          continue
-        }
-        piece = piece.subarray(skip)
-        skip = 0
-      }
-      if (piece.length >= take) {
-        yield piece.subarray(0, take)
-        take = 0
-        return
-      }
-      take -= piece.length
-      yield piece
-    }
-    if (take > 0) throw new Error('The S3 response ended before the requested range')
-  } finally {
-    source.destroy()
-  }
-}
-
-function* slices(bytes: Buffer, size: number): Generator<Buffer> {
-  for (let offset = 0; offset < bytes.byteLength; offset += size) yield bytes.subarray(offset, offset + size)
-}
-
-/** The error an aborted put rejects with: the AbortError itself when it is one. */
-function abortErrorOf(signal: AbortSignal, err: unknown): unknown {
-  if (isAbortError(err)) return err
-  return signal.reason instanceof Error ? signal.reason : new DOMException('The operation was aborted', 'AbortError')
 }
