@@ -1,13 +1,8 @@
 import { Readable } from 'node:stream'
 import {
-  BlobSASPermissions,
   BlobServiceClient,
-  generateBlobSASQueryParameters,
-  SASProtocol,
-  StorageSharedKeyCredential,
   type BlobClient,
   type BlobHTTPHeaders,
-  type BlockBlobClient,
   type ContainerClient,
   type ContainerListBlobFlatSegmentResponse,
   type StoragePipelineOptions,
@@ -15,7 +10,6 @@ import {
 import {
   AttachStorageError,
   badKeyError,
-  isActiveContent,
   isNormalKey,
   isValidRange,
   normalizePrefix,
@@ -35,26 +29,14 @@ import {
   type StoreListEntry,
   type StoreStat,
 } from 'attach-storage/store-kit'
-import { blobHeaders, SAFE_TYPE } from './blob-headers.js'
-import { connectionParts, resolveAzureSettings, secretsOf, type AzureBlobStoreOptions, type ResolvedAzureSettings } from './settings.js'
-
-/** The longest validity {@link AzureBlobStore.presignGet} signs (what the core's `redirect-ttl` allows). */
-const MAX_PRESIGN_SECONDS = 7 * 24 * 3600
-/** How far back a SAS starts, so that a service clock slightly behind ours accepts it at once. */
-const SAS_CLOCK_SKEW_MS = 60_000
+import { blobHeaders } from './blob-headers.js'
+import { holdsAccountKey, isSharedKey, presignGet, presignPut, type SasSigner } from './blob-sas.js'
+import { uploadBody, type UploadState } from './blob-upload.js'
+import { copyRefused, errorCodeOf, firstLine, statusOf, totalOf, type SdkError } from './sdk-errors.js'
+import { resolveAzureSettings, secretsOf, type AzureBlobStoreOptions, type ResolvedAzureSettings } from './settings.js'
 
 /** The longest blob name Azure accepts, in characters (prefix included). */
 const MAX_BLOB_NAME = 1024
-
-/** What {@link AzureBlobStore} knows of an SDK error (a `RestError`, or a network error). */
-interface SdkError {
-  name?: string
-  message?: string
-  code?: string
-  statusCode?: number
-  details?: { errorCode?: string }
-  response?: { headers?: { get(name: string): string | undefined } }
-}
 
 /**
  * A {@link Store} on one container of Azure Blob Storage, through `@azure/storage-blob`.
@@ -132,8 +114,17 @@ export class AzureBlobStore implements Store {
     this.#secrets = secretsOf(this.#connectionString)
     this.prefix = this.#options.prefix
     if (this.#client ? isSharedKey(this.#client.credential) : holdsAccountKey(this.#connectionString!)) {
-      this.presignGet = (key, presign) => this.#presignGet(key, presign)
-      this.presignPut = (key, presign) => this.#presignPut(key, presign)
+      const signer: SasSigner = {
+        name,
+        container: this.container,
+        blobName: (key) => this.#blobName(key),
+        getClient: () => this.#getClient(),
+        ready: (operation, key) => this.#ready(operation, key),
+        label: (operation, key) => this.#label(operation, key),
+        redact: (text) => this.#redact(text),
+      }
+      this.presignGet = (key, presign) => presignGet(signer, key, presign)
+      this.presignPut = (key, presign) => presignPut(signer, key, presign)
     }
   }
 
@@ -157,7 +148,7 @@ export class AzureBlobStore implements Store {
         })
         return { size: bytes.byteLength }
       }
-      return { size: await this.#upload(blob, body, headers, signal, options.size, state) }
+      return { size: await uploadBody(this.#options, blob, body, headers, signal, options.size, state) }
     } catch (err) {
       if (signal?.aborted) throw signal.reason
       if (state.sourceError !== undefined && err === state.sourceError) throw err
@@ -294,83 +285,6 @@ export class AzureBlobStore implements Store {
 
   // ---------------------------------------------------------------------------------------------
 
-  async #presignGet(key: string, options: PresignGetOptions): Promise<string> {
-    const name = this.#blobName(key)
-    const expiresIn = Math.floor(options.expiresIn)
-    if (!(expiresIn >= 1 && expiresIn <= MAX_PRESIGN_SECONDS)) {
-      throw new RangeError(
-        `Azure store "${this.name}": presignGet() expiresIn must be 1 to ${MAX_PRESIGN_SECONDS} seconds, not ${options.expiresIn}`,
-      )
-    }
-    const blob = this.#getClient().getBlobClient(name)
-    const credential = blob.credential
-    if (!isSharedKey(credential)) {
-      throw storeFailure(`${this.#label('presignGet', key)} failed: the store's credential cannot sign (no account key)`)
-    }
-    const now = Date.now()
-    try {
-      const sas = generateBlobSASQueryParameters(
-        {
-          containerName: this.container,
-          blobName: name,
-          permissions: BlobSASPermissions.parse('r'),
-          startsOn: new Date(now - SAS_CLOCK_SKEW_MS),
-          expiresOn: new Date(now + expiresIn * 1000),
-          protocol: new URL(blob.url).protocol === 'http:' ? SASProtocol.HttpsAndHttp : SASProtocol.Https,
-          contentType: options.contentType,
-          contentDisposition: options.contentDisposition,
-        },
-        credential,
-      )
-      return `${blob.url}?${sas.toString()}`
-    } catch (err) {
-      throw storeFailure(this.#redact(`${this.#label('presignGet', key)} failed: ${firstLine((err as Error)?.message)}`))
-    }
-  }
-
-  async #presignPut(key: string, options: PresignPutOptions): Promise<PresignedPut> {
-    const name = this.#blobName(key)
-    const expiresIn = Math.floor(options.expiresIn)
-    if (!(expiresIn >= 1 && expiresIn <= MAX_PRESIGN_SECONDS)) {
-      throw new RangeError(
-        `Azure store "${this.name}": presignPut() expiresIn must be 1 to ${MAX_PRESIGN_SECONDS} seconds, not ${options.expiresIn}`,
-      )
-    }
-    // The client writes into the container: with `create-container`, it must exist before the address is answered.
-    const blob = (await this.#ready('presignPut', key)).getBlobClient(name)
-    const credential = blob.credential
-    if (!isSharedKey(credential)) {
-      throw storeFailure(`${this.#label('presignPut', key)} failed: the store's credential cannot sign (no account key)`)
-    }
-    const now = Date.now()
-    try {
-      const sas = generateBlobSASQueryParameters(
-        {
-          containerName: this.container,
-          blobName: name,
-          // Create only: no write over an existing blob, so once the committed upload left its
-          // tombstone at the key, the address writes nothing more.
-          permissions: BlobSASPermissions.parse('c'),
-          startsOn: new Date(now - SAS_CLOCK_SKEW_MS),
-          expiresOn: new Date(now + expiresIn * 1000),
-          protocol: new URL(blob.url).protocol === 'http:' ? SASProtocol.HttpsAndHttp : SASProtocol.Https,
-        },
-        credential,
-      )
-      // A SAS cannot bind request headers: these are what a well-behaved client sends (the blob's type,
-      // never active content, and a download disposition); the commit never trusts them.
-      const type = options.contentType && !isActiveContent(options.contentType) ? options.contentType : SAFE_TYPE
-      const headers: Record<string, string> = {
-        'x-ms-blob-type': 'BlockBlob',
-        'x-ms-blob-content-type': type,
-        'x-ms-blob-content-disposition': 'attachment',
-      }
-      return { url: `${blob.url}?${sas.toString()}`, method: 'PUT', headers }
-    } catch (err) {
-      throw storeFailure(this.#redact(`${this.#label('presignPut', key)} failed: ${firstLine((err as Error)?.message)}`))
-    }
-  }
-
   /** The key normalized, under the store's prefix. */
   #blobName(key: string): string {
     const name = prefixedKey(this.prefix, key)
@@ -427,77 +341,6 @@ export class AzureBlobStore implements Store {
     }
   }
 
-  /**
-   * Streams `body` into the blob: read ahead up to one block; a body that ends by then is one `Put Blob`
-   * (so concurrent small writers to one key never race on block lists), a longer one goes through
-   * `uploadStream` (blocks, then one commit). Resolves with the bytes counted.
-   */
-  async #upload(
-    blob: BlockBlobClient,
-    body: Readable,
-    headers: BlobHTTPHeaders,
-    signal: AbortSignal | undefined,
-    sizeHint: number | undefined,
-    state: UploadState,
-  ): Promise<number> {
-    const { blockSize, uploadConcurrency } = this.#options
-    const onAbort = (): void => {
-      body.destroy(signal?.reason)
-    }
-    signal?.addEventListener('abort', onAbort, { once: true })
-    const chunks = body[Symbol.asyncIterator]() as AsyncIterator<unknown>
-    let size = 0
-    const next = async (): Promise<Buffer | undefined> => {
-      let chunk: Buffer
-      try {
-        const result = await chunks.next()
-        if (result.done) return undefined
-        chunk = toBuffer(result.value)
-      } catch (err) {
-        state.sourceError = err
-        throw err
-      }
-      size += chunk.byteLength
-      return chunk
-    }
-    let upload: Readable | undefined
-    try {
-      const head: Buffer[] = []
-      let headSize = 0
-      if (sizeHint === undefined || sizeHint <= blockSize) {
-        for (;;) {
-          const chunk = await next()
-          if (chunk === undefined) {
-            const data = head.length === 1 ? head[0]! : Buffer.concat(head, headSize)
-            await blob.upload(data, data.byteLength, { blobHTTPHeaders: headers, abortSignal: signal })
-            return size
-          }
-          head.push(chunk)
-          headSize += chunk.byteLength
-          if (headSize > blockSize) break
-        }
-      }
-      async function* rest(): AsyncGenerator<Buffer> {
-        while (head.length > 0) yield head.shift()!
-        for (;;) {
-          const chunk = await next()
-          if (chunk === undefined) return
-          yield chunk
-        }
-      }
-      upload = Readable.from(rest(), { objectMode: false, highWaterMark: 256 * 1024 })
-      // Once the block list is committed the object is there: the put succeeded, even if aborted since.
-      await blob.uploadStream(upload, blockSize, uploadConcurrency, { blobHTTPHeaders: headers, abortSignal: signal })
-      return size
-    } catch (err) {
-      upload?.destroy()
-      body.destroy()
-      throw err
-    } finally {
-      signal?.removeEventListener('abort', onAbort)
-    }
-  }
-
   /** Server-side copy; streams through this process when the service refuses to copy. */
   async #copyBlob(src: BlobClient, dst: BlobClient, operation: string, from: string, to: string): Promise<void> {
     const timeout = AbortSignal.timeout(this.#options.copyTimeout)
@@ -547,7 +390,7 @@ export class AzureBlobStore implements Store {
       blobCacheControl: response.cacheControl,
     }
     try {
-      await this.#upload(dst.getBlockBlobClient(), stream, headers, undefined, response.contentLength, {})
+      await uploadBody(this.#options, dst.getBlockBlobClient(), stream, headers, undefined, response.contentLength, {})
     } catch (err) {
       throw this.#error(`${operation} (streamed) to ${JSON.stringify(to)}`, from, err)
     }
@@ -609,69 +452,3 @@ export class AzureBlobStore implements Store {
  * core calls for a store of type `azure`.
  */
 export const createStore: StoreFactory = (name, settings) => new AzureBlobStore(name, settings as AzureBlobStoreOptions)
-
-// ----------------------------------------------------------------------------------------------------
-
-interface UploadState {
-  /** The error the caller's body stream failed with (passed on as it is, not as a store failure). */
-  sourceError?: unknown
-}
-
-/**
- * A credential that holds the account key (a `StorageSharedKeyCredential`, also one of another copy of
- * the SDK: what `generateBlobSASQueryParameters` uses of it).
- */
-function isSharedKey(credential: unknown): credential is StorageSharedKeyCredential {
-  const c = credential as Partial<StorageSharedKeyCredential> | null | undefined
-  return (
-    credential instanceof StorageSharedKeyCredential || (typeof c?.accountName === 'string' && typeof c.computeHMACSHA256 === 'function')
-  )
-}
-
-/** A connection string whose account key can sign a SAS (an account one, or Azurite's development one). */
-function holdsAccountKey(connectionString: string): boolean {
-  return connectionString.startsWith('UseDevelopmentStorage=true') || !!connectionParts(connectionString).get('AccountKey')
-}
-
-const statusOf = (err: unknown): number | undefined => {
-  const s = (err as SdkError | null)?.statusCode
-  return typeof s === 'number' ? s : undefined
-}
-
-/** The service's error code (`BlobNotFound`, ...); HEAD answers carry it in `details` only. */
-const errorCodeOf = (err: unknown): string | undefined => {
-  const e = err as SdkError | null
-  const code = e?.details?.errorCode || (statusOf(err) !== undefined ? e?.code : undefined)
-  return code || undefined
-}
-
-/** Errors that mean the service will not copy for us (the source cannot be authorized, or no support). */
-function copyRefused(err: unknown): boolean {
-  const status = statusOf(err)
-  const code = errorCodeOf(err)
-  return (
-    status === 401 ||
-    status === 403 ||
-    status === 501 ||
-    code === 'CannotVerifyCopySource' ||
-    code === 'NotImplemented' ||
-    code === 'FeatureNotSupported'
-  )
-}
-
-function firstLine(message: string | undefined): string {
-  return (message ?? '').split('\n')[0]!.trim().slice(0, 300)
-}
-
-/** The total size of a `Content-Range: bytes a-b/total` (or `bytes * /total`) header. */
-function totalOf(contentRange: string | undefined | null): number | undefined {
-  const m = /\/(\d+)\s*$/.exec(contentRange ?? '')
-  return m ? Number(m[1]) : undefined
-}
-
-function toBuffer(chunk: unknown): Buffer {
-  if (Buffer.isBuffer(chunk)) return chunk
-  if (chunk instanceof Uint8Array) return Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength)
-  if (typeof chunk === 'string') return Buffer.from(chunk)
-  throw new TypeError('put: the body stream must yield bytes (Buffer, Uint8Array or string)')
-}
