@@ -274,6 +274,8 @@ export async function resizeRows(ctx: Context, hs: HostileServer, dir: string): 
 export async function variantCountRow(_ctx: Context, hs: HostileServer, dir: string): Promise<void> {
   const small = await photoJpeg(join(dir, 'photo-800x600.jpg'), 800, 600)
   const ids: number[] = []
+  // A fresh server: the variants of other rows' images would share the folder and be counted.
+  await hs.stop()
   await hs.row(
     '4 variants: one 800×600 file in 3 records (savedDir reuse), 20 sizes asked of each',
     'at most 16 stored (per stored file)',
@@ -284,8 +286,15 @@ export async function variantCountRow(_ctx: Context, hs: HostileServer, dir: str
           if (a.status !== 200) return { value: `w=${w} of ${id}: ${describe(a)}` }
         }
       const { listFiles } = await import('../lib/files.js')
-      const stored = (await listFiles(join(s.dataDir, 'files'))).filter((f) => f.includes('/_v/')).length
-      return { value: `${stored} variant files stored for one file`, asked: stored <= 16 }
+      const files = (await listFiles(join(s.dataDir, 'files'))).filter((f) => f.includes('/_v/'))
+      // {savedDir}_v/{id}/{w}x{h}: the folders say which records the variants were stored under.
+      const folders = new Set(files.map((f) => f.slice(0, f.lastIndexOf('/'))))
+      const stored = files.length
+      return {
+        value: `${stored} variant files stored for one file`,
+        asked: stored <= 16,
+        note: `in ${folders.size} folder(s): ${[...folders].map((d) => d.slice(d.indexOf('/_v/') + 1)).join(', ')}`,
+      }
     },
     async (s) => {
       const rec = await saveOne(s, small, 'photo.jpg', 'hostile-4b', 'image')
