@@ -11,7 +11,7 @@ import { mkdir, mkdtemp, writeFile } from 'node:fs/promises'
 import http from 'node:http'
 import { join } from 'node:path'
 import { HeadObjectCommand, ListObjectsV2Command } from '@aws-sdk/client-s3'
-import { openDataDir, seedFiles } from '../../packages/attach-storage/src/testing/cli-seed.js'
+import { openDataDir, seedDeadBlobs, seedFiles } from '../../packages/attach-storage/src/testing/cli-seed.js'
 import { LocalStore } from '../../packages/attach-storage/src/stores/local-store.js'
 import { call, describe, HostileServer } from '../lib/hostile-kit.js'
 import { token } from '../lib/http.js'
@@ -135,21 +135,9 @@ async function copyStoreRow(ctx: Context, dir: string, s3?: string): Promise<voi
 async function sweepRow(ctx: Context, dir: string): Promise<void> {
   const data = join(dir, 'sweep')
   await mkdir(data, { recursive: true })
-  const { db, repo } = await openDataDir(data)
+  const { db } = await openDataDir(data)
   try {
-    const old = '2020-01-01T00:00:00.000Z'
-    for (let i = 0; i < 100; i++) {
-      await repo.reserveBlob({
-        store: 'down',
-        savedDir: '/demo/2020/01/1/',
-        savedName: `dead-${i}.bin`,
-        fileSize: 10,
-        fileType: 'application/octet-stream',
-        sha256: '0'.repeat(64),
-        createdDt: old,
-      })
-    }
-    await db.updateTable('attach_blob').set({ updated_dt: old }).execute()
+    await seedDeadBlobs(db, 'down', 100)
   } finally {
     await db.destroy()
   }

@@ -12,7 +12,7 @@ import { basename, dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { roundTrip, seedDataDir, showMoves } from '../../../packages/attach-storage/src/testing/cli-kit.js'
-import { openDataDir } from '../../../packages/attach-storage/src/testing/cli-seed.js'
+import { openDataDir, seedDeadBlobs } from '../../../packages/attach-storage/src/testing/cli-seed.js'
 import { startS3rver, type TestS3Server } from '../../../packages/store-s3/src/test-server.js'
 
 const here = dirname(fileURLToPath(import.meta.url))
@@ -41,20 +41,9 @@ function configOf(dir: string, endpoint = s3.endpoint) {
 
 /** `count` unused blob rows of store s3, old enough for the sweep. */
 async function deadRows(dir: string, count: number): Promise<void> {
-  const { db, repo } = await openDataDir(dir)
+  const { db } = await openDataDir(dir)
   try {
-    for (let i = 0; i < count; i++) {
-      await repo.reserveBlob({
-        store: 's3',
-        savedDir: '/demo/2026/11/1/',
-        savedName: `dead-${i}.bin`,
-        fileSize: 1,
-        fileType: 'application/octet-stream',
-        sha256: '0'.repeat(64),
-        createdDt: new Date().toISOString(),
-      })
-    }
-    await db.updateTable('attach_blob').set({ updated_dt: '2000-01-01T00:00:00.000Z' }).execute()
+    await seedDeadBlobs(db, 's3', count)
   } finally {
     await db.destroy()
   }

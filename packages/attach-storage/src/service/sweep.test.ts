@@ -9,10 +9,10 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import type { Kysely } from 'kysely'
 import { afterEach, beforeEach, describe, expect, it } from 'vitest'
-import { AttachRepository } from '../repository/attach-repository.js'
 import { openDatabase } from '../repository/database.js'
 import { migrateAttachSchema } from '../repository/migrations.js'
 import { LocalStore } from '../stores/local-store.js'
+import { seedDeadBlobs } from '../testing/cli-seed.js'
 import { type AttachStorage, contextOf, createAttachStorage } from './attach-storage.js'
 import { sweep } from './housekeeping.js'
 
@@ -55,28 +55,11 @@ afterEach(async () => {
   rmSync(dir, { recursive: true, force: true })
 })
 
-/** `count` unused blob rows of the flaky store, old enough for the sweep (their files never written). */
-async function deadRows(count: number): Promise<void> {
-  const repo = new AttachRepository(db)
-  for (let i = 0; i < count; i++) {
-    await repo.reserveBlob({
-      store: 'flaky',
-      savedDir: '/demo/2026/11/1/',
-      savedName: `dead-${i}.bin`,
-      fileSize: 1,
-      fileType: 'application/octet-stream',
-      sha256: '0'.repeat(64),
-      createdDt: new Date().toISOString(),
-    })
-  }
-  await db.updateTable('attach_blob').set({ updated_dt: '2000-01-01T00:00:00.000Z' }).execute()
-}
-
 const sweepLines = () => warnings.filter((w) => w.includes('the sweep could not remove'))
 
 describe('sweep with a store whose deletes fail', () => {
   it('tries each of 150 rows once, reports them, logs one line, and removes them once the store is back', async () => {
-    await deadRows(150)
+    await seedDeadBlobs(db, 'flaky', 150)
     flaky.mode = 'throw'
     const started = performance.now()
     const result = await sweep(contextOf(storage), { maxConsecutiveFailures: 1000 })
@@ -97,7 +80,7 @@ describe('sweep with a store whose deletes fail', () => {
   })
 
   it('leaves the store alone after 5 failures in a row: 5 calls, the rest counted', async () => {
-    await deadRows(150)
+    await seedDeadBlobs(db, 'flaky', 150)
     flaky.mode = 'throw'
     const result = await sweep(contextOf(storage))
     expect(flaky.deleted.length).toBe(5)
@@ -109,7 +92,7 @@ describe('sweep with a store whose deletes fail', () => {
 
 describe('sweep with a store that never answers', () => {
   it('waits callTimeoutMs per call and ends', async () => {
-    await deadRows(20)
+    await seedDeadBlobs(db, 'flaky', 20)
     flaky.mode = 'hang'
     const started = performance.now()
     const result = await sweep(contextOf(storage), { callTimeoutMs: 50, maxConsecutiveFailures: 3 })
@@ -121,7 +104,7 @@ describe('sweep with a store that never answers', () => {
   })
 
   it('stops at once when its signal aborts, without waiting for the call in flight', async () => {
-    await deadRows(20)
+    await seedDeadBlobs(db, 'flaky', 20)
     flaky.mode = 'hang'
     const controller = new AbortController()
     setTimeout(() => controller.abort(), 100)
@@ -135,14 +118,14 @@ describe('sweep with a store that never answers', () => {
 
 describe('storage.sweep()', () => {
   it('never runs two sweeps at once: a call while one runs answers that one', async () => {
-    await deadRows(3)
+    await seedDeadBlobs(db, 'flaky', 3)
     flaky.slowMs = 100
     const [a, b] = [storage.sweep(), storage.sweep()]
     expect(b).toBe(a)
     expect((await a).blobs).toBe(3)
     expect(flaky.deleted.length).toBe(3)
     // Once it has ended, the next call runs a new sweep.
-    await deadRows(1)
+    await seedDeadBlobs(db, 'flaky', 1)
     expect((await storage.sweep()).blobs).toBe(1)
   })
 })

@@ -29,6 +29,26 @@ export async function openDataDir(dataDir: string): Promise<{ db: Kysely<any>; r
   return { db, repo: new AttachRepository(db) }
 }
 
+/**
+ * `count` unused blob rows of store `store` (files never written), dated in 2000 so that any sweep takes
+ * them: what a sweep meets when their files cannot be deleted.
+ */
+export async function seedDeadBlobs(db: Kysely<any>, store: string, count: number): Promise<void> {
+  const repo = new AttachRepository(db)
+  for (let i = 0; i < count; i++) {
+    await repo.reserveBlob({
+      store,
+      savedDir: '/demo/2000/01/1/',
+      savedName: `dead-${i}.bin`,
+      fileSize: 1,
+      fileType: 'application/octet-stream',
+      sha256: '0'.repeat(64),
+      createdDt: '2000-01-01T00:00:00.000Z',
+    })
+  }
+  await db.updateTable('attach_blob').set({ updated_dt: '2000-01-01T00:00:00.000Z' }).execute()
+}
+
 /** The sha256 of `size` zero bytes, hashed a MiB at a time. */
 function zerosSha256(size: number): string {
   const hash = createHash('sha256')
