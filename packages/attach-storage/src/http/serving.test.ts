@@ -6,16 +6,11 @@ import { join } from 'node:path'
 import sharp from 'sharp'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { AttachEvents } from '../service/attach-storage.js'
-import { makeKit, saveFile, token, type Kit } from '../testing/handler-kit.js'
+import { makeKit, saveFile, token, type Kit, jpeg } from '../testing/handler-kit.js'
 
 const API = '/api/storage'
 const ASSETS = '/assets/storage'
 
-const jpeg = async (width: number, height: number, orientation?: number) => {
-  let img = sharp({ create: { width, height, channels: 3, background: { r: 10, g: 120, b: 200 } } }).jpeg()
-  if (orientation) img = img.withMetadata({ orientation })
-  return new Blob([new Uint8Array(await img.toBuffer())], { type: 'image/jpeg' })
-}
 const size = async (res: Response) => {
   const m = await sharp(Buffer.from(await res.arrayBuffer())).metadata()
   return [m.width, m.height, m.format]

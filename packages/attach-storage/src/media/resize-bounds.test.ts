@@ -8,25 +8,11 @@ import sharp from 'sharp'
 import { rm } from 'node:fs/promises'
 import { join } from 'node:path'
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest'
-import { makeKit, saveFile, type Kit } from '../testing/handler-kit.js'
+import { makeKit, saveFile, type Kit, jpeg } from '../testing/handler-kit.js'
 import type { Store } from '../stores/store.js'
 import { Resizer } from './resize.js'
 
 const ASSETS = '/assets/storage'
-
-const jpeg = async (width: number, height: number) =>
-  new Blob(
-    [
-      new Uint8Array(
-        await sharp({ create: { width, height, channels: 3, background: { r: 10, g: 120, b: 200 } } })
-          .jpeg()
-          .toBuffer(),
-      ),
-    ],
-    {
-      type: 'image/jpeg',
-    },
-  )
 
 const dims = async (res: Response) => {
   const m = await sharp(Buffer.from(await res.arrayBuffer())).metadata()

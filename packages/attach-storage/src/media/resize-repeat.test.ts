@@ -10,27 +10,13 @@ import { join } from 'node:path'
 import sharp from 'sharp'
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest'
 import { serveOnNode } from '../testing/front-servers.js'
-import { type Kit, makeKit, saveFile } from '../testing/handler-kit.js'
+import { type Kit, makeKit, saveFile, jpeg } from '../testing/handler-kit.js'
 import { createFastViews } from '../node/index.js'
 import { LocalStore } from '../stores/local-store.js'
 import { Resizer } from './resize.js'
 
 const ASSETS = '/assets/storage'
 const API = '/api/storage'
-
-const jpeg = async (width: number, height: number) =>
-  new Blob(
-    [
-      new Uint8Array(
-        await sharp({ create: { width, height, channels: 3, background: { r: 10, g: 120, b: 200 } } })
-          .jpeg()
-          .toBuffer(),
-      ),
-    ],
-    {
-      type: 'image/jpeg',
-    },
-  )
 
 describe('resizes past the stored variants', () => {
   let kit: Kit

@@ -163,6 +163,14 @@ export async function png(width = 4, height = 3): Promise<Blob> {
   return new Blob([new Uint8Array(buf)], { type: 'image/png' })
 }
 
+/** A valid JPEG of the given size, with an EXIF `orientation` when one is given. */
+export async function jpeg(width: number, height: number, orientation?: number): Promise<Blob> {
+  const sharp = (await import('sharp')).default
+  let img = sharp({ create: { width, height, channels: 3, background: { r: 10, g: 120, b: 200 } } }).jpeg()
+  if (orientation) img = img.withMetadata({ orientation })
+  return new Blob([new Uint8Array(await img.toBuffer())], { type: 'image/jpeg' })
+}
+
 /** Temporary upload then confirmed save of one file into `demo/{refKey}/{refCategory}`; answers its record. */
 export async function saveFile(kit: Kit, blob: Blob, name: string, refKey: string, refCategory = 'default'): Promise<any> {
   const up = await kit.upload('/api/storage/attach/tmp', [
