@@ -351,4 +351,23 @@ describe('limits and start-up through the real server', () => {
     expect(code).toBe(1)
     expect(err).toMatch(/names store "nas", which is not declared; declared stores: disk/)
   })
+
+  it('refuses to start on a mistyped setting in ATTACH_CONFIG: exit 1 and one line naming it', async () => {
+    const dataDir = await mkdtemp(join(tmpdir(), 'attach-typo-'))
+    const cfg = join(dataDir, 'attach.yaml')
+    await writeFile(cfg, 'attach:\n  tmp-tll: 1h\n')
+    const child = spawn(process.execPath, ['--conditions=@attach-storage/source', '--import', 'tsx', 'src/server.ts'], {
+      cwd: join(here, '..'),
+      env: { ...process.env, PORT: '0', ATTACH_DATA_DIR: dataDir, ATTACH_CONFIG: cfg },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    })
+    let err = ''
+    child.stderr.on('data', (d) => (err += d))
+    const code = await new Promise((r) => child.once('exit', r))
+    await rm(dataDir, { recursive: true, force: true })
+    expect(code).toBe(1)
+    expect(err.trim().split('\n')).toEqual([
+      'attach-storage reference server failed to start: unknown setting attach.tmp-tll; did you mean tmp-ttl?',
+    ])
+  })
 })

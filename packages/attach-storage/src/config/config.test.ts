@@ -239,3 +239,89 @@ describe('configuration files', () => {
     await expect(loadConfigFile(join(dir, 'noattach.yaml'))).rejects.toThrow(/top-level "attach" key/)
   })
 })
+
+describe('unknown settings', () => {
+  const refused = (tree: unknown) => {
+    try {
+      parseAttachConfig(tree)
+    } catch (err) {
+      expect((err as { code?: string }).code).toBe('config-invalid')
+      return (err as Error).message
+    }
+    throw new Error('accepted')
+  }
+  it('refuses each typo at start with its kebab-case path and the nearest known name, on one line', async () => {
+    expect(refused({ attach: { 'tmp-tll': '1h' } })).toBe('unknown setting attach.tmp-tll; did you mean tmp-ttl?')
+    expect(refused({ attach: { 'cdn-urll': 'https://cdn.example.com/' } })).toBe('unknown setting attach.cdn-urll; did you mean cdn-url?')
+    expect(refused({ attach: { upload: { 'max-file-sise': '5MB' } } })).toBe(
+      'unknown setting attach.upload.max-file-sise; did you mean max-file-size?',
+    )
+    expect(refused({ attach: { domains: { post: { categories: { image: { filter: ['image'] } } } } } })).toBe(
+      'unknown setting attach.domains.post.categories.image.filter; did you mean filters?',
+    )
+    // camelCase from code is named in the file's kebab-case; a name far from every key lists them.
+    expect(refused({ resize: { maxVariantz: 3 } })).toBe('unknown setting attach.resize.max-variantz; did you mean max-variants?')
+    expect(refused({ signing: { wholly: 1 } })).toBe('unknown setting attach.signing.wholly; known settings: secret, ttl')
+    expect(refused({ domains: { d: { categories: { c: { sizes: [{ w: 1, x: 2 }] } } } } })).toMatch(
+      /^unknown setting attach\.domains\.d\.categories\.c\.sizes\.0\.x; /,
+    )
+    expect(refused({ domains: { d: { categories: { c: { variants: { thumb: { w: 1, fromat: 'webp' } } } } } } })).toBe(
+      'unknown setting attach.domains.d.categories.c.variants.thumb.fromat; did you mean format?',
+    )
+    // createAttachStorage() refuses it the same way, before anything starts.
+    await expect(createAttachStorage({ config: { ...base(), 'tmp-tll': '1h' } as never })).rejects.toMatchObject({
+      code: 'config-invalid',
+      message: 'unknown setting attach.tmp-tll; did you mean tmp-ttl?',
+    })
+  })
+  it('accepts a correct tree, and the open maps stay open', () => {
+    const config = parseAttachConfig({
+      attach: {
+        'tmp-ttl': '2h',
+        'cdn-url': 'https://cdn.example.com/',
+        upload: { 'max-file-size': '5MB', 'user-quota': 0 },
+        save: { 'max-entries': 10 },
+        resumable: { enabled: true, 'part-size': '8MB' },
+        resize: { 'max-variants': 4, 'memory-ttl': '5m' },
+        'variant-jobs': { queue: 'memory', 'pg-boss': { schema: 'jobs', 'anything-goes': 1 } },
+        zip: { 'max-bytes': '1GB' },
+        signing: { secret: 'a-secret-of-16-chars', ttl: '1h' },
+        db: { type: 'sqlite', file: '/tmp/x.db' },
+        directory: { 'base-dir': '/srv', 'tmp-dir': '/srv/tmp' },
+        stores: { 'Any_Name-1': { type: 's3', bucket: 'b', 'force-path-style': true, 'made-up': 1 } },
+        s3: { bucket: 'b', 'not-checked-here': 1 },
+        domains: {
+          'my-domain': {
+            store: 'local',
+            'date-field': 'created',
+            categories: {
+              'photo-set': {
+                filters: ['image', { name: 'size', 'max-size': '2MB', 'any-option': 1 }],
+                sizes: [{ w: 200 }],
+                variants: { 'thumb-1': { w: 100, format: 'webp' } },
+                'allow-redirect': true,
+              },
+            },
+          },
+        },
+      },
+    })
+    expect(config.variantJobs.pgBoss).toEqual({ schema: 'jobs', anythingGoes: 1 })
+    expect(config.stores['Any_Name-1']).toMatchObject({ madeUp: 1 })
+    expect(Object.keys(config.domains['my-domain']?.categories ?? {})).toEqual(['photo-set'])
+  })
+  it('registerCategory() and registerDomain() refuse an unknown option with the nearest known one', async () => {
+    await expect(
+      createAttachStorage({
+        config: base(),
+        registrar: (r) => {
+          r.registerDomain('post', { store: 'local' })
+          r.registerCategory('post', 'image', { filter: ['image'] } as never)
+        },
+      }),
+    ).rejects.toMatchObject({ code: 'config-invalid', message: 'Category "post.image": unknown setting filter; did you mean filters?' })
+    await expect(
+      createAttachStorage({ config: base(), registrar: (r) => void r.registerDomain('post', { store: 'local', datefield: 'x' } as never) }),
+    ).rejects.toMatchObject({ code: 'config-invalid', message: 'Domain "post": unknown setting datefield; did you mean dateField?' })
+  })
+})

@@ -1,6 +1,7 @@
 import * as v from 'valibot'
 import { configError } from '../errors.js'
 import type { FileDescription } from '../service/types.js'
+import { suggestion } from './nearest.js'
 import { parseDuration, parseSize } from './units.js'
 
 /**
@@ -461,7 +462,9 @@ export function parseAttachConfig(input: unknown): AttachConfigParsed {
   if (tree && typeof tree === 'object' && 'attach' in tree && Object.keys(tree).length === 1) {
     tree = (tree as { attach: unknown }).attach
   }
-  const result = v.safeParse(AttachConfigSchema, camelizeSettings(tree ?? {}))
+  const camelized = camelizeSettings(tree ?? {})
+  refuseUnknownKeys(AttachConfigSchema, camelized, 'attach')
+  const result = v.safeParse(AttachConfigSchema, camelized)
   if (!result.success) {
     const problems = result.issues.map((issue) => {
       const path = v.getDotPath(issue)
@@ -470,6 +473,43 @@ export function parseAttachConfig(input: unknown): AttachConfigParsed {
     throw configError(`Invalid attach configuration:\n  ${problems.join('\n  ')}`)
   }
   return result.output
+}
+
+const kebab = (k: string) => k.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)
+
+/** The schema kinds walked by {@link refuseUnknownKeys}; valibot's own objects carry these fields. */
+interface WalkedSchema {
+  type: string
+  wrapped?: WalkedSchema
+  entries?: Record<string, WalkedSchema>
+  value?: WalkedSchema
+  item?: WalkedSchema
+}
+
+/**
+ * Refuses the first key of `value` that `schema` does not know, with its path in kebab-case and the
+ * nearest known name: `unknown setting attach.tmp-tll; did you mean tmp-ttl?` (`config-invalid`, one line).
+ * Open parts stay open: the names of a record (`stores`, `domains`, `categories`, `variants`), loose
+ * objects (a store's settings, `s3`, checked by the store's own schema), `pgBoss` and filter options.
+ */
+export function refuseUnknownKeys(schema: unknown, value: unknown, path: string): void {
+  let s = schema as WalkedSchema
+  while (s.wrapped && (s.type === 'optional' || s.type === 'nullable' || s.type === 'nullish')) s = s.wrapped
+  if (value === null || typeof value !== 'object') return
+  if (s.type === 'object' && s.entries && !Array.isArray(value)) {
+    const entries = s.entries
+    for (const [key, val] of Object.entries(value)) {
+      const name = kebab(key)
+      if (!Object.hasOwn(entries, key)) {
+        throw configError(`unknown setting ${path}.${name}; ${suggestion(name, Object.keys(entries).map(kebab))}`)
+      }
+      refuseUnknownKeys(entries[key], val, `${path}.${name}`)
+    }
+  } else if (s.type === 'record' && s.value && !Array.isArray(value)) {
+    for (const [key, val] of Object.entries(value)) refuseUnknownKeys(s.value, val, `${path}.${key}`)
+  } else if (s.type === 'array' && s.item && Array.isArray(value)) {
+    for (const [i, val] of value.entries()) refuseUnknownKeys(s.item, val, `${path}.${i}`)
+  }
 }
 
 /** Checks the cross-references that one schema cannot: store declarations and the stores named. */

@@ -7,6 +7,7 @@ import {
   NamedVariantsSchema,
   type SecureAccessFunction,
 } from '../config/schema.js'
+import { suggestion } from '../config/nearest.js'
 import { describeIssue } from '../validation.js'
 import { BUILT_IN_FILTERS, DEFAULT_REQUEST_FILTERS, type AttachFilter } from '../filters/filters.js'
 
@@ -62,6 +63,17 @@ export interface DomainOptions {
 
 const NAME = /^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$/
 
+/** The options `registerCategory()` and `registerDomain()` know; any other key is refused. */
+const CATEGORY_KEYS = ['filters', 'secureAccess', 'sizes', 'allowRedirect', 'variants']
+const DOMAIN_KEYS = ['store', 'dateField', 'mayChange']
+
+/** Refuses the first option key not in `known` (`config-invalid`), with the nearest known name. */
+function refuseUnknownOptions(where: string, options: object, known: readonly string[]): void {
+  for (const key of Object.keys(options)) {
+    if (!known.includes(key)) throw configError(`${where}: unknown setting ${key}; ${suggestion(key, known)}`)
+  }
+}
+
 /**
  * Domains, categories, filters and secure-access functions. Usable only once the service has
  * initialised its stores (the spec's registrar rule): register from the `registrar` option of
@@ -109,6 +121,7 @@ export class Registry {
   registerDomain(name: string, options: DomainOptions): RegisteredDomain {
     this.#assertReady(`register domain "${name}"`)
     if (!NAME.test(name)) throw configError(`Domain name "${name}" is not a valid name`)
+    refuseUnknownOptions(`Domain "${name}"`, options, DOMAIN_KEYS)
     const stores = this.#storeNames()
     if (!stores.includes(options.store)) {
       throw configError(`Domain "${name}" names store "${options.store}", which is not declared; declared stores: ${stores.join(', ')}`)
@@ -150,6 +163,7 @@ export class Registry {
     const domain = this.#domains.get(domainName)
     if (!domain) throw configError(`Cannot register category "${name}": domain "${domainName}" is not registered`)
     if (!NAME.test(name)) throw configError(`Category name "${name}" is not a valid name`)
+    refuseUnknownOptions(`Category "${domainName}.${name}"`, options, CATEGORY_KEYS)
     if (options.secureAccess !== undefined && typeof options.secureAccess !== 'function') {
       throw configError(`Category "${domainName}.${name}": secureAccess must be a function`)
     }
