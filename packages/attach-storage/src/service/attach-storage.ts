@@ -350,9 +350,9 @@ export class AttachStorage {
   }
 
   /**
-   * Commits the `attachContainer` of a host entity save, in-process. Files are placed by the entity's
-   * creation date-time (the domain's `dateField`, default `createdDt`), else by `date`, else now; the
-   * month is taken in `timeZone`. Errors (a partial failure included) reach the caller.
+   * Commits the `attachContainer` of a host entity save, in-process. Files are placed by `date` when
+   * given (an explicit date wins), else by the entity's creation date-time (the domain's `dateField`,
+   * default `createdDt`), else now; the month is taken in `timeZone`. Errors (a partial failure included) reach the caller.
    *
    * @example
    * const post = await db.insertInto('board').values({...}).returningAll().executeTakeFirstOrThrow()
