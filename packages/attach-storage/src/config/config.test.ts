@@ -273,6 +273,13 @@ describe('unknown settings', () => {
       code: 'config-invalid',
       message: 'unknown setting attach.tmp-tll; did you mean tmp-ttl?',
     })
+    // The core's local store knows its own settings too (the store packages check theirs).
+    await expect(
+      createAttachStorage({ config: { ...base(), stores: { local: { type: 'local', 'base-dri': '/srv/x' } } } as never }),
+    ).rejects.toMatchObject({
+      code: 'config-invalid',
+      message: 'unknown setting attach.stores.local.base-dri; did you mean base-dir?',
+    })
   })
   it('accepts a correct tree, and the open maps stay open', () => {
     const config = parseAttachConfig({

@@ -1,6 +1,7 @@
 import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
 import { checkStoreDeclarations, STORE_PACKAGES, type AttachConfigParsed } from '../config/schema.js'
+import { suggestion } from '../config/nearest.js'
 import { parseDuration } from '../config/units.js'
 import { configError } from '../errors.js'
 import { LocalStore } from '../stores/local-store.js'
@@ -140,6 +141,10 @@ function storeServing(name: string, settings: Record<string, unknown>, store: St
   return { mode: 'stream' }
 }
 
+/** The settings of a `local` store: its type, its base directory, and how its files are served. */
+const LOCAL_SETTINGS = ['type', 'baseDir', 'serve', 'serveLocation', 'redirectTtl']
+const kebab = (k: string) => k.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)
+
 /** Creates one declared store: a host factory, the core's local store, or the store package of its type. */
 async function createStore(
   name: string,
@@ -152,6 +157,12 @@ async function createStore(
   const factory = factories?.[type]
   if (factory) return factory(name, settings)
   if (type === 'local') {
+    // The store packages check their own settings; the core's local store knows these alone.
+    for (const key of Object.keys(settings)) {
+      if (LOCAL_SETTINGS.includes(key)) continue
+      const known = LOCAL_SETTINGS.map(kebab)
+      throw configError(`unknown setting attach.stores.${name}.${kebab(key)}; ${suggestion(kebab(key), known)}`)
+    }
     const dir = typeof settings.baseDir === 'string' ? resolve(settings.baseDir) : baseDir
     return new LocalStore(name, { baseDir: dir })
   }
