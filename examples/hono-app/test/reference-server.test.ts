@@ -335,10 +335,11 @@ describe('limits and start-up through the real server', () => {
     }
   })
 
-  it('refuses to start on a bad ATTACH_CONFIG, naming the problem', async () => {
-    const dataDir = await mkdtemp(join(tmpdir(), 'attach-bad-'))
+  /** Starts the server with ATTACH_CONFIG holding `yaml`; answers its exit code and stderr once it exits. */
+  const startWithConfig = async (yaml: string): Promise<{ code: unknown; err: string }> => {
+    const dataDir = await mkdtemp(join(tmpdir(), 'attach-config-'))
     const cfg = join(dataDir, 'attach.yaml')
-    await writeFile(cfg, 'attach:\n  default-store: nas\n  stores:\n    disk:\n      type: local\n')
+    await writeFile(cfg, yaml)
     const child = spawn(process.execPath, ['--conditions=@attach-storage/source', '--import', 'tsx', 'src/server.ts'], {
       cwd: join(here, '..'),
       env: { ...process.env, PORT: '0', ATTACH_DATA_DIR: dataDir, ATTACH_CONFIG: cfg },
@@ -348,23 +349,17 @@ describe('limits and start-up through the real server', () => {
     child.stderr.on('data', (d) => (err += d))
     const code = await new Promise((r) => child.once('exit', r))
     await rm(dataDir, { recursive: true, force: true })
+    return { code, err }
+  }
+
+  it('refuses to start on a bad ATTACH_CONFIG, naming the problem', async () => {
+    const { code, err } = await startWithConfig('attach:\n  default-store: nas\n  stores:\n    disk:\n      type: local\n')
     expect(code).toBe(1)
     expect(err).toMatch(/names store "nas", which is not declared; declared stores: disk/)
   })
 
   it('refuses to start on a mistyped setting in ATTACH_CONFIG: exit 1 and one line naming it', async () => {
-    const dataDir = await mkdtemp(join(tmpdir(), 'attach-typo-'))
-    const cfg = join(dataDir, 'attach.yaml')
-    await writeFile(cfg, 'attach:\n  tmp-tll: 1h\n')
-    const child = spawn(process.execPath, ['--conditions=@attach-storage/source', '--import', 'tsx', 'src/server.ts'], {
-      cwd: join(here, '..'),
-      env: { ...process.env, PORT: '0', ATTACH_DATA_DIR: dataDir, ATTACH_CONFIG: cfg },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    })
-    let err = ''
-    child.stderr.on('data', (d) => (err += d))
-    const code = await new Promise((r) => child.once('exit', r))
-    await rm(dataDir, { recursive: true, force: true })
+    const { code, err } = await startWithConfig('attach:\n  tmp-tll: 1h\n')
     expect(code).toBe(1)
     expect(err.trim().split('\n')).toEqual([
       'attach-storage reference server failed to start: unknown setting attach.tmp-tll; did you mean tmp-ttl?',
