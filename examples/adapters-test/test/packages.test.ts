@@ -48,6 +48,7 @@ describe('the published packages', () => {
       'ok   example: confirmed save',
       'ok   example: view',
       'ok   example: resized view',
+      'ok   browser bundle (plain <script>', // scripts/check-browser-bundle.mjs (its module line, if FAIL, fails above)
     ]) {
       expect(
         lines.some((l) => l.startsWith(check)),
