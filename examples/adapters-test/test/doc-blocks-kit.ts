@@ -151,7 +151,7 @@ function readMarker(lines: string[], fence: number) {
 const PARTIAL_CODES = new Set([2305, 2307, 2614, 2724, 1484])
 const projectModule = (message: string) => /['"](attach-storage|@attach-storage\/[\w-]+)(\/[\w-]+)?['"]/.test(message)
 
-interface Module {
+export interface Module {
   path: string
   text: string
   /** Per line of `text`: where it comes from, and the block it belongs to. */
@@ -165,7 +165,7 @@ const hostFrom = (path: string) => {
 }
 
 /** The modules of the blocks: one per block, or one per run of `continues` blocks of a page. */
-function modulesOf(blocks: DocBlock[]): Module[] {
+export function modulesOf(blocks: DocBlock[]): Module[] {
   const modules: Module[] = []
   let current: (Module & { lines: string[]; file: string }) | undefined
   for (const b of blocks) {

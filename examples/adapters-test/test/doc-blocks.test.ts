@@ -2,9 +2,20 @@
  * Docs that cannot drift: every TypeScript and JavaScript block of README.md and docs/**\/*.md is
  * type-checked against the workspace packages (doc-blocks-kit.ts says how, and which markers a page
  * may put before a block), one test per block, failing with the page's file and line of each error.
+ *
+ * The embedding examples of docs/frameworks/ (the mount, then the host's save route) also run, in
+ * process, on SQLite and a temporary folder: an upload, the save route committing it, the stored file
+ * read back. README's embedding example is run from the packed tarballs by scripts/check-packages.mjs.
  */
+import { mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs'
+import { createServer, type Server } from 'node:http'
+import type { AddressInfo } from 'node:net'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { SignJWT } from 'jose'
+import sharp from 'sharp'
 import { beforeAll, describe, expect, it } from 'vitest'
-import { type BlockProblem, checkBlocks, type DocBlock, docPages, extractBlocks, where } from './doc-blocks-kit.js'
+import { type BlockProblem, checkBlocks, type DocBlock, docPages, extractBlocks, modulesOf, ROOT, where } from './doc-blocks-kit.js'
 
 const blocks = docPages().flatMap((page) => extractBlocks(page))
 const label = (b: DocBlock) => `${where(b)} (${b.lang}${b.mode === 'check' ? '' : `, ${b.mode}`})`
@@ -32,6 +43,128 @@ describe('doc blocks type-check against the packages', () => {
       const found = problems.get(block) ?? []
       const report = found.map((p) => `${p.at}: ${p.message}`).join('\n')
       expect(report, `${where(block)} does not type-check:\n${report}`).toBe('')
+    })
+  }
+})
+
+/** The host's own database of the framework pages' save routes (`uses db`), for real. */
+const hostModule = (dir: string) => `import { openDatabase } from 'attach-storage'
+
+export const db = await openDatabase({ type: 'sqlite', file: ${JSON.stringify(join(dir, 'host.db'))} })
+await db.schema
+  .createTable('board')
+  .ifNotExists()
+  .addColumn('id', 'integer', (c) => c.primaryKey().autoIncrement())
+  .addColumn('title', 'text', (c) => c.notNull())
+  .addColumn('body', 'text')
+  .addColumn('created_by', 'text', (c) => c.notNull())
+  .addColumn('created_dt', 'text', (c) => c.notNull())
+  .execute()
+`
+
+/** What listens on a port in a page's example; the test listens on port 0 itself. */
+const LISTEN = /^(await )?(serve\(\{ fetch: app\.fetch, port: \d+ \}\)|app\.listen\(.*\))\s*$/m
+
+interface Served {
+  base: string
+  close(): Promise<unknown>
+  /** Hono's `app.fetch`, called without a socket. */
+  fetch?: (request: Request) => Response | Promise<Response>
+}
+
+/** How the test serves each framework's `app` (the page's `app`, untyped here). */
+const SERVE: Record<string, (app: any) => Promise<Served>> = {
+  async hono(app) {
+    return { base: 'http://doc.test', close: async () => {}, fetch: (request) => app.fetch(request) }
+  },
+  async express(app) {
+    const server: Server = createServer(app).listen(0, '127.0.0.1')
+    await new Promise((r) => server.once('listening', r))
+    const base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`
+    return { base, close: () => new Promise((r) => server.close(r)) }
+  },
+  async fastify(app) {
+    await app.listen({ port: 0, host: '127.0.0.1' })
+    return { base: `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`, close: () => app.close() }
+  },
+}
+
+describe("the framework pages' embedding examples run", () => {
+  const secret = 'doc-blocks-test-secret-0123456789'
+  for (const framework of Object.keys(SERVE)) {
+    const page = `docs/frameworks/${framework}.md`
+    it(`${page}: the mount and the save route, an upload committed with its post and read back`, async () => {
+      const main = modulesOf(extractBlocks(page)).find((m) => m.text.includes('createAttachStorage(') && m.text.includes("'/board'"))
+      expect(main, `${page} has no block creating the storage that a block with the /board save route continues`).toBeDefined()
+      expect(main!.text, `${page}: its example no longer listens as the test expects (${LISTEN})`).toMatch(LISTEN)
+      const dir = mkdtempSync(join(tmpdir(), `doc-run-${framework}-`))
+      const previous = process.env.JWT_SECRET
+      process.env.JWT_SECRET = secret
+      let served: Served | undefined
+      let storage: { close(): Promise<void> } | undefined
+      let db: { destroy(): Promise<void> } | undefined
+      try {
+        // The page's module, as a user pastes it, with its data folder in the temporary one and no port.
+        symlinkSync(join(ROOT, 'node_modules'), join(dir, 'node_modules'), 'dir')
+        mkdirSync(join(dir, 'data'))
+        writeFileSync(join(dir, 'host.ts'), hostModule(dir))
+        const text = main!.text.replaceAll("'./data/", `'${dir}/data/`).replace(LISTEN, '')
+        writeFileSync(join(dir, 'example.ts'), `${text}\nexport { app, storage }\n`)
+        const example = await import(join(dir, 'example.ts'))
+        storage = example.storage
+        db = (await import(join(dir, 'host.ts'))).db
+        served = await SERVE[framework]!(example.app)
+        const call = (path: string, init: RequestInit = {}) => {
+          const request = new Request(served!.base + path, init)
+          return served!.fetch ? served!.fetch(request) : fetch(request)
+        }
+        const token = await new SignJWT({})
+          .setProtectedHeader({ alg: 'HS256' })
+          .setSubject('alice')
+          .setExpirationTime('1h')
+          .sign(new TextEncoder().encode(secret))
+        const auth = { authorization: `Bearer ${token}` }
+
+        const png = await sharp({ create: { width: 8, height: 6, channels: 3, background: '#08f' } })
+          .png()
+          .toBuffer()
+        const form = new FormData()
+        form.set('refDomain', 'board')
+        form.set('refCategory', 'image')
+        form.set('file', new Blob([new Uint8Array(png)]), 'photo.png')
+        const uploaded = await call('/api/storage/attach/tmp', { method: 'POST', headers: auth, body: form })
+        expect(uploaded.status).toBe(200)
+        const savedName = (await uploaded.json()).files[0].name
+        const post = (body: unknown, headers: Record<string, string> = auth) =>
+          call('/board', { method: 'POST', headers: { ...headers, 'content-type': 'application/json' }, body: JSON.stringify(body) })
+
+        const anonymous = await post({ title: 'x' }, {})
+        expect([anonymous.status, (await anonymous.json()).code]).toEqual([401, 'unauthorized'])
+        const attachContainer = { refDomain: 'board', image: [{ savedName, displayName: 'photo.png' }] }
+        const saved = await post({ title: 'Hello', body: 'with a photo', attachContainer })
+        const answer = await saved.json()
+        expect(saved.status, JSON.stringify(answer)).toBe(201)
+        expect(answer).toMatchObject({ title: 'Hello', created_by: 'alice' })
+        const [record] = answer.attachContainer.image
+        expect(record).toMatchObject({ displayName: 'photo.png', fileSize: png.length, refKey: String(answer.id) })
+        const view = await call(`/assets/storage/attach/view/${record.id}`, { headers: auth })
+        expect(view.status).toBe(200)
+        expect(Buffer.from(await view.arrayBuffer()).equals(png)).toBe(true)
+        // A second save of the same temporary file is refused with the route's JSON error (the page's
+        // catch): the file was committed, not copied. Today 500 attach-save-failure, failures: not-found.
+        const again = await post({ title: 'Again', attachContainer })
+        const refusal = await again.json()
+        expect(again.status).toBeGreaterThanOrEqual(400)
+        expect(refusal).toMatchObject({ code: expect.any(String), message: expect.any(String) })
+        if (refusal.failures) expect(refusal.failures).toMatchObject([{ code: 'not-found', displayName: 'photo.png' }])
+      } finally {
+        await served?.close()
+        await storage?.close()
+        await db?.destroy()
+        if (previous === undefined) delete process.env.JWT_SECRET
+        else process.env.JWT_SECRET = previous
+        rmSync(dir, { recursive: true, force: true })
+      }
     })
   }
 })
