@@ -28,6 +28,11 @@ export type EntityChangeGuard = (
   user: import('../service/types.js').AuthUser | null,
   refKey: string,
   request: Request | null,
+  /**
+   * `trx`: the host's transaction when the commit runs in one (`commitAttachContainer({trx})`): read
+   * the entity through it (it alone sees the new row; on SQLite it holds the only connection).
+   */
+  context?: { trx: import('kysely').Transaction<any> | undefined },
 ) => boolean | Promise<boolean>
 
 /** One size a category allows for resized views (`w` and/or `h`, pixels). */

@@ -1,4 +1,4 @@
-import { type CompiledQuery, type Kysely, sql } from 'kysely'
+import { type CompiledQuery, type Kysely, sql, type Transaction } from 'kysely'
 import { type DirectRead, directReadOf } from './database.js'
 import { badRequest } from '../errors.js'
 import { type ListResult, runList } from '../list/list-query.js'
@@ -6,7 +6,7 @@ import type { AttachmentRecord, BlobRecord } from '../model.js'
 import { BLOB_TABLE, type DbInteger, type DialectName, dialectOf, FILE_TABLE } from './database.js'
 import { VariantRows } from './variant-rows.js'
 import { OperationsRows } from './operations-rows.js'
-import { PendingUploads } from './pending-uploads.js'
+import { PENDING_TABLE, PendingUploads } from './pending-uploads.js'
 import {
   ATTACHMENT_LIST,
   assertId,
@@ -71,7 +71,7 @@ export class AttachRepository {
   constructor(db: Kysely<any>) {
     this.#db = db as Db
     this.#dialect = dialectOf(db)
-    this.#directRead = directReadOf(db)
+    this.#directRead = db.isTransaction ? undefined : directReadOf(db)
     this.variants = new VariantRows(this.#db, this.#dialect)
     this.operations = new OperationsRows(this.#db, (fn) => this.#transaction(fn))
   }
@@ -89,6 +89,46 @@ export class AttachRepository {
     return this.#dialect
   }
 
+  /** The Kysely instance the repository works over (a host's transaction for {@link within}'s). */
+  get db(): Kysely<any> {
+    return this.#db
+  }
+
+  /**
+   * The same repository with every statement on the host's transaction `trx` (a commit in the host's
+   * transaction): its own transactions run their work directly in `trx`, and SQLite's direct read (which
+   * waits for the free connection, held by `trx`) is off.
+   */
+  within(trx: Transaction<any>): AttachRepository {
+    return new AttachRepository(trx)
+  }
+
+  /**
+   * Inside a transaction: takes the lock of the temporary file `tmpName`'s quota row (`attach_pending`)
+   * until that transaction ends, without waiting. `busy` when another transaction holds it (a commit of
+   * the same file in flight), `none` when the name has no row (nothing to lock: the commit goes on
+   * unguarded). SQLite runs one writer at a time: always `held`.
+   */
+  async claimTmpName(tmpName: string): Promise<'held' | 'busy' | 'none'> {
+    if (this.#dialect === 'sqlite') return 'held'
+    const db = this.#db as unknown as Kysely<any>
+    const row = (q: any) => q.selectFrom(PENDING_TABLE).select('name').where('name', '=', tmpName)
+    if (await row(db).forUpdate().skipLocked().executeTakeFirst()) return 'held'
+    return (await row(db).executeTakeFirst()) ? 'busy' : 'none'
+  }
+
+  /**
+   * Runs `fn` over a repository in a transaction of its own that holds the claim of `tmpName` (see
+   * {@link claimTmpName}); answers `busy`, without running `fn`, while a host's transaction commits
+   * that temporary file.
+   */
+  async whileClaimed<T>(tmpName: string, fn: (repo: AttachRepository) => Promise<T>): Promise<T | 'busy'> {
+    return this.#transaction(async (trx) => {
+      const repo = this.within(trx)
+      return (await repo.claimTmpName(tmpName)) === 'busy' ? 'busy' : fn(repo)
+    })
+  }
+
   /**
    * Runs `fn` in a transaction. MySQL: at READ COMMITTED, like PostgreSQL's default, because InnoDB's
    * REPEATABLE READ locks the gaps around what a locking read did not find (an unknown id passed to
@@ -97,6 +137,8 @@ export class AttachRepository {
    * (MySQL 1213, PostgreSQL 40P01) is rolled back whole, so it is run again, a few times at most.
    */
   async #transaction<T>(fn: (trx: Trx) => Promise<T>): Promise<T> {
+    // Within a host's transaction: Kysely nests none, and the host's transaction is what commits.
+    if (this.#db.isTransaction) return fn(this.#db as Trx)
     for (let attempt = 1; ; attempt++) {
       try {
         const builder = this.#db.transaction()

@@ -74,6 +74,15 @@ export class PendingUploads {
    * write lock at once (every writer waits its turn, `busy_timeout`).
    */
   async #lockedForUser<T>(userKey: string, fn: (db: Kysely<PendingDatabase>) => Promise<T>): Promise<T> {
+    if (this.#db.isTransaction) {
+      // Within a host's transaction (a commit in it): the lock is taken in that transaction.
+      if (this.#dialect === 'postgres') {
+        await sql`select pg_advisory_xact_lock(${sql.lit(PG_LOCK_CLASS)}::int, hashtext(${userKey}))`.execute(this.#db)
+      } else if (this.#dialect === 'sqlite') {
+        await this.#db.updateTable(PENDING_TABLE).set({ bytes: sql`bytes` }).where('name', '=', '').execute()
+      }
+      return fn(this.#db)
+    }
     if (this.#dialect === 'postgres') {
       return this.#db.transaction().execute(async (trx) => {
         await sql`select pg_advisory_xact_lock(${sql.lit(PG_LOCK_CLASS)}::int, hashtext(${userKey}))`.execute(trx)

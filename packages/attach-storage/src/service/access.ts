@@ -55,7 +55,7 @@ export async function mayChangeEntity(
 ): Promise<boolean> {
   if (!domain.mayChange) return true
   try {
-    return (await domain.mayChange(access.user, refKey, access.request)) === true
+    return (await domain.mayChange(access.user, refKey, access.request, { trx: ctx.hostTransaction })) === true
   } catch (err) {
     ctx.logger.warn(`attach-storage: mayChange of domain "${domain.name}" threw; refused`, err)
     return false

@@ -1,6 +1,6 @@
 import { join } from 'node:path'
 import type { Readable } from 'node:stream'
-import type { Kysely } from 'kysely'
+import type { Kysely, Transaction } from 'kysely'
 import { parseAttachConfig, type AttachConfigInput, type AttachConfigParsed } from '../config/schema.js'
 import { AttachStorageError, configError } from '../errors.js'
 import { Resizer } from '../media/resize.js'
@@ -12,6 +12,8 @@ import type { Store, StoreFactory } from '../stores/store.js'
 import * as access from './access.js'
 import { createJwtAuthenticator, type JwtOptions } from './auth.js'
 import * as commit from './commit.js'
+import * as commitCheck from './commit-check.js'
+import * as hostTransaction from './host-transaction.js'
 import type { ServiceContext } from './context.js'
 import { EventHub } from './events.js'
 import * as housekeeping from './housekeeping.js'
@@ -354,12 +356,40 @@ export class AttachStorage {
    * given (an explicit date wins), else by the entity's creation date-time (the domain's `dateField`,
    * default `createdDt`), else now; the month is taken in `timeZone`. Errors (a partial failure included) reach the caller.
    *
+   * With `trx` (the host's tables in this service's database): every statement runs on the host's
+   * transaction, so the entity's row and the records commit or roll back together; the save is all or
+   * nothing, and a rollback leaves every temporary file committable. Best run in {@link transaction}.
+   *
    * @example
-   * const post = await db.insertInto('board').values({...}).returningAll().executeTakeFirstOrThrow()
-   * await storage.commitAttachContainer({ refKey: post.id, attachContainer: body.attachContainer, entity: post, user })
+   * const post = await storage.transaction(async (trx) => {
+   *   const post = await trx.insertInto('board').values({...}).returningAll().executeTakeFirstOrThrow()
+   *   await storage.commitAttachContainer({ refKey: post.id, attachContainer: body.attachContainer, entity: post, user, trx })
+   *   return post
+   * })
    */
   commitAttachContainer(...args: Args<typeof commit.commitAttachContainer>) {
     return commit.commitAttachContainer(this.#c, ...args)
+  }
+
+  /**
+   * Says, changing nothing, whether {@link commitAttachContainer} with the same input (no `trx`) would
+   * succeed now, and why not: `{ok: false, code, status, message, failureCount, failures}` with the
+   * commit's codes and reasons. For hosts whose tables are in another database: check, then insert,
+   * then commit.
+   */
+  checkAttachContainer(...args: Args<typeof commitCheck.checkAttachContainer>) {
+    return commitCheck.checkAttachContainer(this.#c, ...args)
+  }
+
+  /**
+   * Runs `fn` in a transaction of this service's database (MySQL at READ COMMITTED) for the host's own
+   * statements and `commitAttachContainer({..., trx})`. After the commit the committed temporary files
+   * and the files of deleted records are removed, then the 'saved' events fire and the named variants
+   * are queued; after a rollback the copies no row holds are removed (the temporary files stay
+   * committable). Resolves with `fn`'s result; rejects with its error.
+   */
+  transaction<T>(fn: (trx: Transaction<any>) => Promise<T>): Promise<T> {
+    return hostTransaction.runTransaction(this.#c, fn)
   }
 
   /**

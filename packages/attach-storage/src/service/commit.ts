@@ -14,14 +14,17 @@ import { deleteRecords } from './records.js'
 import { readHead, readTmpMeta, tmpKey, tmpMetaKey } from './temporary.js'
 import { parseInput } from '../validation.js'
 import { AttachBagSchema, type AttachBagInput, checkEntryCount } from './bag.js'
-import { type AccessContext, accessOf, type AttachBag, type AttachBagEntry, type AuthUser, type SaveFailure } from './types.js'
+import { type AccessContext, accessOf, type AttachBagEntry, type AuthUser, type SaveFailure } from './types.js'
 import { runFilters, transfer } from './uploads.js'
 import { readableViews } from './urls.js'
 import { verifyDirectUpload } from './direct-to-cloud.js'
 import { releaseUploads } from './quota.js'
+import { commitBagInTransaction, inTransaction } from './host-transaction.js'
+import { type AttachCheckInput, dateOf } from './commit-check.js'
+import type { Transaction } from 'kysely'
 
 /** The positive integer `id` of an `{id}` object (a `_deleted` or re-sort entry), else undefined. */
-function positiveId(x: unknown): number | undefined {
+export function positiveId(x: unknown): number | undefined {
   const id = x && typeof x === 'object' ? Number((x as { id?: unknown }).id) : NaN
   return Number.isSafeInteger(id) && id > 0 ? id : undefined
 }
@@ -30,7 +33,7 @@ function positiveId(x: unknown): number | undefined {
 export const FAILURES_LISTED = 100
 
 /** Where an entry goes: its reference and category, its index (the `sort`), the placing date, the caller. */
-interface EntryPlace {
+export interface EntryPlace {
   refDomain: string
   refKey: string
   refCategory: string
@@ -39,27 +42,29 @@ interface EntryPlace {
   access: AccessContext
 }
 
+/** A bag read and checked as a whole: its reference, its categories' entries, and the touched records of it. */
+export interface PreparedBag {
+  refDomain: string
+  refKey: string
+  categories: Array<[string, unknown[]]>
+  deleted: unknown[]
+  /** The touched records (by `_deleted` and re-sort entries) of this reference, by id. */
+  ours: Map<number, AttachmentRecord>
+}
+
 /**
- * Confirmed save of an AttachBag for `(refDomain, refKey)`, files placed by `date` (call time by
- * default). At most `save.maxEntries` entries in all (400 `too-many-entries`, before anything is read).
- * Entries are independent: every failure is collected, the successes stay saved, and a partial failure
- * throws `attach-save-failure` (500) with `failureCount` and the first {@link FAILURES_LISTED}
- * `failures`; resending only those completes the save. Deletions go first (one transaction); each new
- * file is committed crash-safely on its own; the re-sorts and the reuses are then written in one
- * transaction, a few statements whatever their number. Resolves with the reference's records of the
- * bag's categories, in `sort` order.
+ * The checks of a whole bag, before any entry is read: its size, its domain and categories, the
+ * domain's `mayChange`, and `mayChange` on every record it touches (403 `forbidden` throws).
  */
-export async function commitBag(
+export async function prepareBag(
   ctx: ServiceContext,
   input: { refDomain: string; refKey: string | number; bag: AttachBagInput },
-  options: { access: AccessContext; date?: Date },
-): Promise<AttachmentView[]> {
+  access: AccessContext,
+): Promise<PreparedBag> {
   checkEntryCount(input.bag, ctx.config.save.maxEntries)
   const domain = ctx.registry.domain(input.refDomain)
   const refDomain = domain.name
   const refKey = checkRefKey(input.refKey)
-  const { access } = options
-  const user = access.user
   const b = input.bag
   if (b.refDomain !== undefined && b.refDomain !== refDomain) {
     throw badRequest(`The AttachBag's refDomain "${String(b.refDomain).slice(0, 100)}" differs from "${refDomain}"`)
@@ -83,26 +88,36 @@ export async function commitBag(
     if (id !== undefined) touched.add(id)
   }
   /** The touched records of this reference (others are entry failures below and change nothing). */
-  const ours = new Set<number>()
+  const ours = new Map<number, AttachmentRecord>()
   for (const r of touched.size ? await ctx.repo.findByIds([...touched]) : []) {
     if (r.refDomain !== refDomain || r.refKey !== refKey) continue
     if (!(await mayChange(ctx, access, r))) throw forbidden(`You may not change attachment ${r.id}`)
-    ours.add(r.id)
+    ours.set(r.id, r)
+  }
+  return { refDomain, refKey, categories, deleted, ours }
+}
+
+/** The failures of a save's entries: every one counted, the first {@link FAILURES_LISTED} listed. */
+export class SaveFailures {
+  readonly failures: SaveFailure[] = []
+  count = 0
+  constructor(
+    readonly ctx: ServiceContext,
+    readonly where: string,
+  ) {}
+
+  fail(refCategory: string, index: number, entry: unknown, reason: string, code: string): void {
+    this.count++
+    if (this.failures.length >= FAILURES_LISTED) return
+    const name = entry && typeof entry === 'object' ? (entry as AttachBagEntry).displayName : undefined
+    this.failures.push({ code, refCategory, index, displayName: typeof name === 'string' ? cleanDisplayName(name, '') : '', reason })
   }
 
-  const date = options.date ?? ctx.now()
-  const failures: SaveFailure[] = []
-  let failureCount = 0
-  const fail = (refCategory: string, index: number, entry: unknown, reason: string, code: string) => {
-    failureCount++
-    if (failures.length >= FAILURES_LISTED) return
-    const name = entry && typeof entry === 'object' ? (entry as AttachBagEntry).displayName : undefined
-    failures.push({ code, refCategory, index, displayName: typeof name === 'string' ? cleanDisplayName(name, '') : '', reason })
-  }
-  const failWith = (refCategory: string, index: number, entry: unknown, err: unknown) => {
+  /** Fails an entry with a thrown error: its code and message when it is a 4xx, else `internal-error` (logged). */
+  failWith(refCategory: string, index: number, entry: unknown, err: unknown): void {
     const mine = err instanceof AttachStorageError && err.status < 500
-    if (!mine) ctx.logger.error(`attach-storage: saving ${refDomain}/${refKey}/${refCategory}[${index}] failed`, err)
-    fail(
+    if (!mine) this.ctx.logger.error(`attach-storage: saving ${this.where}/${refCategory}[${index}] failed`, err)
+    this.fail(
       refCategory,
       index,
       entry,
@@ -110,6 +125,43 @@ export async function commitBag(
       mine ? err.code : 'internal-error',
     )
   }
+
+  /** The 500 `attach-save-failure` of the failures so far. */
+  error(): AttachStorageError {
+    const listed = this.count > this.failures.length ? `; the first ${this.failures.length} are listed in failures` : ''
+    return new AttachStorageError(
+      'attach-save-failure',
+      `${this.count} of the attachments could not be saved${listed}; resend only the entries listed in failures`,
+      { status: 500, details: { success: false, failureCount: this.count, failures: this.failures } },
+    )
+  }
+}
+
+/**
+ * Confirmed save of an AttachBag for `(refDomain, refKey)`, files placed by `date` (call time by
+ * default). At most `save.maxEntries` entries in all (400 `too-many-entries`, before anything is read).
+ * Entries are independent: every failure is collected, the successes stay saved, and a partial failure
+ * throws `attach-save-failure` (500) with `failureCount` and the first {@link FAILURES_LISTED}
+ * `failures`; resending only those completes the save. Deletions go first (one transaction); each new
+ * file is committed crash-safely on its own; the re-sorts and the reuses are then written in one
+ * transaction, a few statements whatever their number. Resolves with the reference's records of the
+ * bag's categories, in `sort` order. In a host's transaction (`ctx.hostTransaction`) the save is all or
+ * nothing instead (service/host-transaction.ts).
+ */
+export async function commitBag(
+  ctx: ServiceContext,
+  input: { refDomain: string; refKey: string | number; bag: AttachBagInput },
+  options: { access: AccessContext; date?: Date },
+): Promise<AttachmentView[]> {
+  if (ctx.hostTransaction) return commitBagInTransaction(ctx, input, options)
+  const { access } = options
+  const user = access.user
+  const { refDomain, refKey, categories, deleted, ours } = await prepareBag(ctx, input, access)
+
+  const date = options.date ?? ctx.now()
+  const failed = new SaveFailures(ctx, `${refDomain}/${refKey}`)
+  const fail = failed.fail.bind(failed)
+  const failWith = failed.failWith.bind(failed)
 
   // Deletions first, so that a bag may replace a file in one save.
   const delIds = new Set<number>()
@@ -180,14 +232,18 @@ export async function commitBag(
     // Queued before the answer: the retry of a save whose answer was lost queues them again.
     await queueNamedVariants(ctx, created)
   }
-  if (failureCount) {
-    const listed = failureCount > failures.length ? `; the first ${failures.length} are listed in failures` : ''
-    throw new AttachStorageError(
-      'attach-save-failure',
-      `${failureCount} of the attachments could not be saved${listed}; resend only the entries listed in failures`,
-      { status: 500, details: { success: false, failureCount, failures } },
-    )
-  }
+  if (failed.count) throw failed.error()
+  return bagViews(ctx, refDomain, refKey, categories, access)
+}
+
+/** The reference's records of the bag's categories, in `sort` order, as views. */
+export async function bagViews(
+  ctx: ServiceContext,
+  refDomain: string,
+  refKey: string,
+  categories: Array<[string, unknown[]]>,
+  access: AccessContext,
+): Promise<AttachmentView[]> {
   const wanted = new Set(categories.map(([c]) => c))
   // Whole categories are left out, so the positions (`idx`) within the others stay as they are.
   const all = (await ctx.repo.listByReference(refDomain, refKey)).filter((r) => wanted.has(r.refCategory))
@@ -197,7 +253,7 @@ export async function commitBag(
 }
 
 /** An entry as an object, else a 400 that fails it. */
-function entryOf(entry: unknown): AttachBagEntry {
+export function entryOf(entry: unknown): AttachBagEntry {
   if (!entry || typeof entry !== 'object' || Array.isArray(entry)) throw badRequest('entry must be an object')
   return entry as AttachBagEntry
 }
@@ -213,7 +269,7 @@ interface ReuseSource {
  * caller may see that file and the target category's filters passed on its bytes. The file's checks are
  * made once per file and category in a save (`checks`), however many entries reuse it.
  */
-async function planReuse(
+export async function planReuse(
   ctx: ServiceContext,
   e: AttachBagEntry,
   at: EntryPlace,
@@ -277,6 +333,26 @@ async function checkReuse(
   return { blob, holder }
 }
 
+/** Whether two uploaders are the same user (both none counts as the same). */
+export const sameUploader = (a: unknown, b: unknown) => ((a ?? null) === null ? (b ?? null) === null : sameUser(a, b))
+
+/** The 409 `conflict` of a temporary file another request is saving. */
+export const busyError = (savedName: string) =>
+  new AttachStorageError('conflict', `${savedName} is being saved by another request; retry this entry`, { status: 409 })
+
+/** The record an earlier attempt made for this entry: same reference and category, same uploader. */
+export async function recordedEarlier(
+  ctx: ServiceContext,
+  savedName: string,
+  at: EntryPlace,
+  uploader: unknown,
+): Promise<AttachmentRecord | undefined> {
+  const live = new Set((await ctx.repo.findBlobsByTmpName(savedName)).filter((b) => b.refCount > 0).map((b) => b.id))
+  if (!live.size) return undefined
+  const records = await ctx.repo.listByReference(at.refDomain, at.refKey, at.refCategory)
+  return records.find((r) => live.has(r.blobId) && sameUploader(r.createdBy, uploader))
+}
+
 /**
  * One entry of a confirmed save at its index that commits a temporary file, crash-safely. Resolves with
  * the new record; throws to fail the entry. (Re-sorts and reuses are written together by {@link commitBag}.)
@@ -300,15 +376,8 @@ async function commitEntry(ctx: ServiceContext, entry: unknown, at: EntryPlace):
   const tmp = ctx.stores.tmpStore
   const store = ctx.store(domain.store)
   const tmpFile = tmpKey(savedName)
-  const sameUploader = (a: unknown, b: unknown) => ((a ?? null) === null ? (b ?? null) === null : sameUser(a, b))
-  /** The record an earlier attempt made for this entry: same reference and category, same uploader. */
-  const recordedBefore = async (uploader: unknown): Promise<AttachmentRecord | undefined> => {
-    const live = new Set((await ctx.repo.findBlobsByTmpName(savedName)).filter((b) => b.refCount > 0).map((b) => b.id))
-    if (!live.size) return undefined
-    const records = await ctx.repo.listByReference(at.refDomain, at.refKey, at.refCategory)
-    return records.find((r) => live.has(r.blobId) && sameUploader(r.createdBy, uploader))
-  }
-  const busy = () => new AttachStorageError('conflict', `${savedName} is being saved by another request; retry this entry`, { status: 409 })
+  const recordedBefore = (uploader: unknown) => recordedEarlier(ctx, savedName, at, uploader)
+  const busy = () => busyError(savedName)
   const pause = async (step: 'reserved' | 'moved' | 'recorded' | 'done') => {
     await ctx.testPause?.(step, at.access.request)
   }
@@ -375,19 +444,30 @@ async function commitEntry(ctx: ServiceContext, entry: unknown, at: EntryPlace):
     const existing = await ctx.repo.findBlob(domain.store, savedDir, savedName)
     if (existing && existing.refCount !== 0) throw badRequest(`${savedName} is saved already`, 'saved-already')
     if (existing && !(await ctx.repo.touchPendingBlob(existing.id, savedName))) throw busy()
-    // The intent is remembered before anything moves: the pending blob names the temporary file.
-    blob =
+    // The intent is remembered before anything moves: the pending blob names the temporary file. It is
+    // written under the file's claim: never while a host's transaction commits that file, nor after one did.
+    const newBlob = {
+      store: domain.store,
+      savedDir,
+      savedName,
+      fileSize: meta.size,
+      fileType: meta.type,
+      sha256: meta.sha256,
+      createdDt,
+      tmpName: savedName,
+    }
+    const reserved =
       existing ??
-      (await ctx.repo.reserveBlob({
-        store: domain.store,
-        savedDir,
-        savedName,
-        fileSize: meta.size,
-        fileType: meta.type,
-        sha256: meta.sha256,
-        createdDt,
-        tmpName: savedName,
-      }))
+      (await ctx.repo.whileClaimed(savedName, async (repo) =>
+        (await repo.findBlobsByTmpName(savedName)).some((b) => b.refCount > 0) ? undefined : repo.reserveBlob(newBlob),
+      ))
+    if (reserved === 'busy') throw busy()
+    if (!reserved) {
+      const saved = await recordedBefore(uploader)
+      if (saved) return saved
+      throw badRequest(`${savedName} is saved already`, 'saved-already')
+    }
+    blob = reserved
   }
   await pause('reserved')
   if (!placed) await transfer(tmp, tmpFile, store, key, meta.type)
@@ -458,34 +538,32 @@ export async function refilter(
  * given (an explicit date wins), else by the entity's creation date-time (the domain's `dateField`,
  * default `createdDt`), else now; the month is taken in `timeZone`. Errors (a partial failure included) reach the caller.
  *
+ * With `trx` (the host's tables in the service's database): every statement runs on the host's
+ * transaction, so the entity's row and the records commit or roll back together; the save is then all
+ * or nothing (any failure throws, nothing written is kept once the host rolls back), and every
+ * temporary file stays committable after a rollback. Prefer `storage.transaction()`, which tidies at
+ * once after the commit or the rollback and only then fires the 'saved' event and queues the named
+ * variants (with a transaction of your own, the sweep tidies, and variants are made on first view).
+ *
  * @example
- * const post = await db.insertInto('board').values({...}).returningAll().executeTakeFirstOrThrow()
- * await storage.commitAttachContainer({ refKey: post.id, attachContainer: body.attachContainer, entity: post, user })
+ * const post = await storage.transaction(async (trx) => {
+ *   const post = await trx.insertInto('board').values({...}).returningAll().executeTakeFirstOrThrow()
+ *   await storage.commitAttachContainer({ refKey: post.id, attachContainer: body.attachContainer, entity: post, user, trx })
+ *   return post
+ * })
  */
 export async function commitAttachContainer(
   ctx: ServiceContext,
-  input: {
-    attachContainer: AttachBag | null | undefined
-    refKey: string | number
-    refDomain?: string
-    entity?: Record<string, unknown>
-    date?: Date | string
-    user: AuthUser | null
-    /** The host's request, shown to secure-access functions when a `savedDir` entry reuses a guarded file. */
-    request?: Request
+  input: AttachCheckInput & {
+    /** The host's Kysely transaction on the service's database: the commit is part of it. */
+    trx?: Transaction<any>
   },
 ): Promise<AttachmentView[]> {
   if (input.attachContainer === null || input.attachContainer === undefined) return []
   const bag = parseInput(AttachBagSchema, input.attachContainer, 'attachContainer')
   const refDomain = input.refDomain ?? bag.refDomain
   if (typeof refDomain !== 'string') throw badRequest('attachContainer.refDomain is required')
-  const domain = ctx.registry.domain(refDomain)
-  let raw: unknown = input.date ?? input.entity?.[domain.dateField]
-  if (raw === '' || raw === null) raw = undefined
-  let date: Date | undefined
-  if (raw !== undefined) {
-    date = raw instanceof Date ? raw : new Date(raw as string | number)
-    if (Number.isNaN(date.getTime())) throw badRequest(`The entity's ${domain.dateField} is not a date-time`)
-  }
-  return commitBag(ctx, { refDomain, refKey: input.refKey, bag }, { access: accessOf(input.user, input.request ?? null), date })
+  const date = dateOf(ctx, refDomain, input)
+  const c = input.trx ? inTransaction(ctx, input.trx) : ctx
+  return commitBag(c, { refDomain, refKey: input.refKey, bag }, { access: accessOf(input.user, input.request ?? null), date })
 }

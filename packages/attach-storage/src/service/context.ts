@@ -4,6 +4,7 @@ import type { Registry } from '../registry/registry.js'
 import type { AttachRepository } from '../repository/attach-repository.js'
 import type { Store } from '../stores/store.js'
 import type { Tracer } from '@opentelemetry/api'
+import type { Transaction } from 'kysely'
 import type { EventHub } from './events.js'
 import type { fanOut } from './instrumentation.js'
 import type { UrlSigner } from './signing.js'
@@ -46,6 +47,11 @@ export interface ServiceContext {
    * no background work (the command-line tool). Set once the registrar has run.
    */
   variantJobs: VariantQueue | undefined
+  /**
+   * The host's transaction a commit runs in (`commitAttachContainer({trx})`); `repo` then works on it.
+   * Undefined everywhere else.
+   */
+  readonly hostTransaction?: Transaction<any>
   /** Test-only pause points of the confirmed save. */
   readonly testPause: ((step: SaveStep, request: Request | null) => void | Promise<void>) | undefined
   /** A declared store by name (a configuration error when it is not). */

@@ -6,7 +6,8 @@ import { storeKey } from './layout.js'
 import { sweepDirectUploads } from './direct-to-cloud.js'
 import { sweepResumable } from './resumable.js'
 import { type SweepBounds, type SweepFailure, SweepTally } from './sweep-tally.js'
-import { TMP_PREFIX } from './temporary.js'
+import { PLACED_SUFFIX, TMP_PREFIX } from './temporary.js'
+import { tidyPlacements } from './host-transaction.js'
 
 /**
  * Deletes the variants under a stored directory whose record is gone (`{savedDir}_v/{id}/...`): what a
@@ -106,6 +107,18 @@ export async function sweep(ctx: ServiceContext, bounds: SweepBounds = {}): Prom
   try {
     for await (const e of t.list(tmp.list(TMP_PREFIX))) {
       if (t.stopped || t.down(tmp.name)) break
+      if (e.key.endsWith(PLACED_SUFFIX)) {
+        // Commits in a host's transaction: the copies of one that rolled back or died, the temporary
+        // file of one that committed (service/host-transaction.ts).
+        const name = e.key.slice(TMP_PREFIX.length, -PLACED_SUFFIX.length)
+        try {
+          if ((await t.call(tidyPlacements(ctx, name, { expired: e.lastModified < cutoff }))) === 'committed') result.temporaryFiles++
+          t.ok(tmp.name)
+        } catch (err) {
+          if (!t.stopped) t.fail('temporary-files', tmp.name, err)
+        }
+        continue
+      }
       if (e.lastModified >= cutoff) continue
       try {
         await t.call(tmp.delete(e.key))

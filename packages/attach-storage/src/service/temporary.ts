@@ -63,3 +63,40 @@ export async function readTmpMeta(
   if (options.withFile !== false && !(await tmp.exists(tmpKey(savedName)))) return undefined
   return meta
 }
+
+/**
+ * The store key of a temporary file's placements: where commits in a host's transaction copied it
+ * (service/host-transaction.ts), written before each copy so that the copy of a transaction that rolled
+ * back or died is found again (the tidying after the transaction, the retry, the sweep).
+ */
+export const tmpPlacedKey = (name: string) => `${TMP_PREFIX}${name}${PLACED_SUFFIX}`
+
+/** How the key of a temporary file's placements ends. */
+export const PLACED_SUFFIX = '.placed.json'
+
+/** A copy of a temporary file placed by a commit in a host's transaction. */
+export interface Placement {
+  store: string
+  savedDir: string
+  savedName: string
+}
+
+/** The placements remembered for a temporary file (none when there is no record of any). */
+export async function readPlacements(ctx: ServiceContext, savedName: string): Promise<Placement[]> {
+  try {
+    const bytes = await readSmallObject(ctx.stores.tmpStore, tmpPlacedKey(savedName))
+    const list = JSON.parse(bytes.toString('utf8')) as unknown
+    return Array.isArray(list) ? (list as Placement[]) : []
+  } catch (err) {
+    if (err instanceof AttachStorageError && err.code === 'not-found') return []
+    throw err
+  }
+}
+
+/** Remembers a placement of a temporary file (before the copy is made); a known one is not added twice. */
+export async function rememberPlacement(ctx: ServiceContext, savedName: string, place: Placement): Promise<void> {
+  const list = await readPlacements(ctx, savedName)
+  if (list.some((p) => p.store === place.store && p.savedDir === place.savedDir && p.savedName === place.savedName)) return
+  list.push(place)
+  await ctx.stores.tmpStore.put(tmpPlacedKey(savedName), Buffer.from(JSON.stringify(list)), { contentType: 'application/json' })
+}
