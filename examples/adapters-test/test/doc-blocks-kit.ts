@@ -58,7 +58,8 @@ export interface DocBlock {
   line: number
   lang: 'ts' | 'js'
   code: string
-  mode: 'check' | 'partial' | 'skip'
+  /** `imports`: only the names imported from the project's packages (TSDoc examples). */
+  mode: 'check' | 'partial' | 'imports' | 'skip'
   continues: boolean
   uses: string[]
   /** Names after `uses` that HOST does not declare (a typo in the marker). */
@@ -114,6 +115,70 @@ export function extractBlocks(file: string, text = readFileSync(join(ROOT, file)
     i = end
   }
   return blocks
+}
+
+/**
+ * The `@example` blocks of the TSDoc comments in packages/*\/src (tests and test kits aside), held only
+ * to the names they import from the project's packages: they are fragments (`this`, `{...}`, the host's
+ * `db`, a value alone, prose after the code) too often to be checked whole, or even parsed.
+ */
+export function tsdocExamples(): DocBlock[] {
+  const blocks: DocBlock[] = []
+  for (const pkg of readdirSync(join(ROOT, 'packages')).sort()) {
+    const walk = (dir: string) => {
+      let entries: import('node:fs').Dirent[]
+      try {
+        entries = readdirSync(join(ROOT, dir), { withFileTypes: true })
+      } catch {
+        return
+      }
+      for (const entry of entries.sort((a, b) => a.name.localeCompare(b.name))) {
+        const path = `${dir}/${entry.name}`
+        if (entry.isDirectory()) {
+          if (entry.name !== 'testing') walk(path)
+        } else if (/\.tsx?$/.test(entry.name) && !/\.(test|bench)\.tsx?$/.test(entry.name)) blocks.push(...examplesOf(path))
+      }
+    }
+    walk(`packages/${pkg}/src`)
+  }
+  return blocks
+}
+
+function examplesOf(file: string): DocBlock[] {
+  const lines = readFileSync(join(ROOT, file), 'utf8').split('\n')
+  const found: DocBlock[] = []
+  for (let i = 0; i < lines.length; i++) {
+    const tag = /^\s*\*\s*@example\b\s?(.*)$/.exec(lines[i]!)
+    if (!tag) continue
+    const code = tag[1]!.trim() ? [tag[1]!] : []
+    let j = i + 1
+    for (; j < lines.length; j++) {
+      const l = lines[j]!
+      if (/^\s*\*\//.test(l) || /^\s*\*\s*@\w+/.test(l)) break
+      code.push(l.replace(/^\s*\*\s?/, '').replace(/\s*\*\/\s*$/, ''))
+      if (/\*\//.test(l)) break
+    }
+    const text = code
+      .join('\n')
+      .replace(/^```\w*\n|\n```\s*$/g, '')
+      .trim()
+    if (text)
+      found.push({
+        file,
+        line: i + 1,
+        lang: 'ts',
+        code: text,
+        mode: 'imports',
+        continues: false,
+        uses: [],
+        unknownUses: [],
+        prelude: [],
+        markerLine: 0,
+        reason: '',
+      })
+    i = j
+  }
+  return found
 }
 
 /** The `<!-- doc-check ... -->` comment ending on the last non-blank line before line `fence` (0-based). */
@@ -233,17 +298,16 @@ function check(blocks: DocBlock[], lang: 'ts' | 'js'): Map<DocBlock, BlockProble
   for (const m of modules) {
     const sf = program.getSourceFile(m.path)!
     const syntax = program.getSyntacticDiagnostics(sf)
-    const diagnostics = [...syntax, ...(syntax.length ? [] : program.getSemanticDiagnostics(sf))]
+    const imports = m.origin.every((o) => o.block.mode === 'imports')
+    const diagnostics = [...syntax, ...(syntax.length && !imports ? [] : program.getSemanticDiagnostics(sf))]
     for (const d of diagnostics) {
       const line = d.start === undefined ? 0 : sf.getLineAndCharacterOfPosition(d.start).line
       const origin = m.origin[Math.min(line, m.origin.length - 1)]!
       const message = ts.flattenDiagnosticMessageText(d.messageText, '\n')
       const block = origin.block
-      if (
-        block.mode === 'partial' &&
-        !((syntax as readonly ts.Diagnostic[]).includes(d) || (PARTIAL_CODES.has(d.code) && projectModule(message)))
-      )
-        continue
+      const importProblem = PARTIAL_CODES.has(d.code) && projectModule(message)
+      if (block.mode === 'imports' && !importProblem) continue
+      if (block.mode === 'partial' && !((syntax as readonly ts.Diagnostic[]).includes(d) || importProblem)) continue
       if (lang === 'js' && [7005, 7006, 7008, 7031, 7034].includes(d.code)) continue
       const list = problems.get(block) ?? []
       list.push({ at: origin.at, message: `TS${d.code}: ${message}` })

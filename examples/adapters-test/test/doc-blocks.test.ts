@@ -15,16 +15,28 @@ import { join } from 'node:path'
 import { SignJWT } from 'jose'
 import sharp from 'sharp'
 import { beforeAll, describe, expect, it } from 'vitest'
-import { type BlockProblem, checkBlocks, type DocBlock, docPages, extractBlocks, modulesOf, ROOT, where } from './doc-blocks-kit.js'
+import {
+  type BlockProblem,
+  checkBlocks,
+  type DocBlock,
+  docPages,
+  extractBlocks,
+  modulesOf,
+  ROOT,
+  tsdocExamples,
+  where,
+} from './doc-blocks-kit.js'
 
 const blocks = docPages().flatMap((page) => extractBlocks(page))
+const examples = tsdocExamples()
 const label = (b: DocBlock) => `${where(b)} (${b.lang}${b.mode === 'check' ? '' : `, ${b.mode}`})`
 
 describe('doc blocks type-check against the packages', () => {
-  // One program for the TypeScript blocks, one for the JavaScript ones (it reuses the parsed files).
+  // One program for the TypeScript blocks and the TSDoc examples, one for the JavaScript blocks (it
+  // reuses the parsed files).
   let problems: Map<DocBlock, BlockProblem[]>
   beforeAll(() => {
-    problems = checkBlocks(blocks)
+    problems = checkBlocks([...blocks, ...examples])
   }, 300_000)
 
   it('finds the blocks of README.md and docs/', () => {
@@ -32,9 +44,10 @@ describe('doc blocks type-check against the packages', () => {
     expect(blocks.length).toBeGreaterThanOrEqual(25)
     // A marker naming a host thing that does not exist is an error of the page, not silently nothing.
     for (const b of blocks) expect(b.unknownUses, where(b)).toEqual([])
+    expect(examples.length).toBeGreaterThanOrEqual(30) // the TSDoc @example blocks of packages/*/src
   })
 
-  for (const block of blocks) {
+  for (const block of [...blocks, ...examples]) {
     if (block.mode === 'skip') {
       it.skip(`${label(block)}: ${block.reason || 'skipped by its marker'}`, () => {})
       continue
