@@ -38,6 +38,12 @@ const builds: Options[] = readdirSync('packages', { withFileTypes: true })
         platform: 'node',
         dts: true,
         sourcemap: true,
+        // src/ ships beside dist/ (each package.json's `files`, tests left out), so a map's sources are
+        // files of the installed package and need not be repeated in it. The browser client's maps keep
+        // them: a host's bundler carries only embedded sources into its own map.
+        esbuildOptions(options) {
+          options.sourcesContent = d.name === 'client'
+        },
         clean: true,
         splitting: true,
         treeshake: true,

@@ -27,7 +27,7 @@ import { spawn } from 'node:child_process'
 import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs'
 import { builtinModules } from 'node:module'
 import { getPriority, setPriority, tmpdir } from 'node:os'
-import { dirname, join, relative, resolve } from 'node:path'
+import { dirname, join, relative, resolve, sep } from 'node:path'
 import { fileURLToPath } from 'node:url'
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '..')
@@ -101,7 +101,8 @@ async function main() {
   if (args.has('--skip-build')) line('note', 'build', 'skipped (--skip-build)')
   else {
     const t = Date.now()
-    const build = await run(npm, ['run', 'build'])
+    // Up to 10 minutes: on a loaded machine tsup's declaration build alone has taken 7 (the default is 5).
+    const build = await run(npm, ['run', 'build'], { timeout: 600_000 })
     if (build.code !== 0) {
       line('FAIL', 'build', `npm run build exited ${build.code}\n${indent(tail(build.output))}`)
       return
@@ -204,8 +205,13 @@ async function checkAll(packages, names, packs, app) {
     for (const target of exportTargets(pkg)) {
       if (!files.includes(target.replace(/^\.\//, ''))) problems.push(`${target} is not in the tarball`)
     }
-    const stray = files.filter((f) => /(^|\/)(src|test)\/|\.test\.|\.tsbuildinfo$|(^|\/)\.data\//.test(f))
+    const stray = files.filter((f) => /(^|\/)test\/|\.test\.|\.tsbuildinfo$|(^|\/)\.data\//.test(f))
     if (stray.length) problems.push(`unexpected files: ${stray.slice(0, 5).join(', ')}`)
+    // src/ ships so that the source maps' paths exist: exactly the entries' sources and what they import.
+    const sources = shippedSources(dir, pkg, files)
+    if (sources.missing.length)
+      problems.push(`imported by the entries' sources but not in the tarball: ${sources.missing.slice(0, 5).join(', ')}`)
+    if (sources.extra.length) problems.push(`src files no entry imports (test helpers?): ${sources.extra.slice(0, 5).join(', ')}`)
     const file = join(packs, entry.filename)
     tarballs.push({ name: pkg.name, dir, pkg, file })
     line(
@@ -252,11 +258,27 @@ async function checkAll(packages, names, packs, app) {
   writeFileSync(join(app, 'example.mjs'), EXAMPLE_JS)
   for (const [name, text] of Object.entries(embeddingSources())) writeFileSync(join(app, name), text)
   writeFileSync(join(app, 'tsconfig.json'), TSCONFIG)
+  writeFileSync(join(app, 'stack.mjs'), STACK_JS)
   const tsc = join(root, 'node_modules', 'typescript', 'bin', 'tsc')
-  const [example, types] = await Promise.all([
+  const [example, types, stack, scripts] = await Promise.all([
     run(process.execPath, ['example.mjs'], { cwd: app, timeout: 120_000 }),
     run(process.execPath, [tsc, '-p', 'tsconfig.json'], { cwd: app, timeout: 120_000 }),
+    run(process.execPath, ['--enable-source-maps', 'stack.mjs'], { cwd: app, timeout: 60_000 }),
+    installScripts(app),
   ])
+  const maps = installedMaps(app, tarballs)
+  line(
+    maps.problems.length ? 'FAIL' : 'ok',
+    'source maps resolve in the installed packages',
+    maps.problems.length ? maps.problems.slice(0, 8).join('; ') : maps.summary,
+  )
+  const frames = stackProblems(stack, app, tarballs)
+  line(
+    frames.problems.length ? 'FAIL' : 'ok',
+    'stack trace under node --enable-source-maps names installed files',
+    frames.problems.length ? `${frames.problems.join('; ')}\n${indent(tail(stack.output, 20))}` : frames.summary,
+  )
+  line(...scripts)
   line(
     types.code === 0 ? 'ok' : 'FAIL',
     "type-check the README's embedding example (TypeScript, NodeNext)",
@@ -267,7 +289,137 @@ async function checkAll(packages, names, packs, app) {
   } else {
     line('FAIL', "run the README's embedding example", `exited ${example.code}\n${indent(tail(example.output, 40))}`)
   }
-  for (const l of await (await import('./check-browser-bundle.mjs')).checkBrowserBundle(app)) line(...l)
+}
+
+/**
+ * Every `.map` the installed packages ship, and every `sourceMappingURL` of their JavaScript: each
+ * source a map names must be a file of the installed package or be embedded in the map
+ * (`sourcesContent`); where it is both, the two must be the same text.
+ */
+function installedMaps(app, tarballs) {
+  const problems = []
+  let maps = 0
+  let sources = 0
+  let shipped = 0
+  let embedded = 0
+  for (const t of tarballs) {
+    const dir = join(app, 'node_modules', t.name)
+    const walk = (d) =>
+      readdirSync(d, { withFileTypes: true }).flatMap((e) =>
+        e.isDirectory() ? (e.name === 'node_modules' ? [] : walk(join(d, e.name))) : [join(d, e.name)],
+      )
+    for (const file of walk(dir)) {
+      const name = `${t.name}/${relative(dir, file)}`
+      if (/\.m?js$/.test(file)) {
+        const url = /\/\/# sourceMappingURL=(\S+)\s*$/.exec(readFileSync(file, 'utf8'))?.[1]
+        if (url && !url.startsWith('data:') && !existsSync(join(dirname(file), url))) problems.push(`${name} names ${url}, not shipped`)
+      }
+      if (!file.endsWith('.map')) continue
+      maps++
+      const map = JSON.parse(readFileSync(file, 'utf8'))
+      map.sources.forEach((source, i) => {
+        sources++
+        const path = resolve(dirname(file), map.sourceRoot ?? '', source)
+        const inside = path.startsWith(dir + sep) && existsSync(path)
+        const content = typeof map.sourcesContent?.[i] === 'string' ? map.sourcesContent[i] : undefined
+        if (inside) shipped++
+        if (content !== undefined) embedded++
+        if (!inside && content === undefined) problems.push(`${name} names ${source}, neither shipped nor embedded`)
+        else if (inside && content !== undefined && readFileSync(path, 'utf8') !== content)
+          problems.push(`${name}: the embedded ${source} differs from the shipped file`)
+      })
+    }
+  }
+  if (maps === 0) problems.push('no source maps shipped')
+  return {
+    problems,
+    summary: `${maps} maps in ${tarballs.length} packages name ${sources} sources: ${shipped} shipped as files, ${embedded} embedded`,
+  }
+}
+
+/**
+ * The stack of an error thrown inside attach-storage (a misspelt setting), printed under
+ * \`node --enable-source-maps\`: every frame in one of the project's installed packages must name a
+ * TypeScript file that exists there, at a line it has; and where such a frame's caller is one too,
+ * the caller's line must name the function of the frame it called, which shows that the maps point
+ * at the right lines, not only at existing files.
+ */
+function stackProblems(result, app, tarballs) {
+  let stack = ''
+  try {
+    stack = JSON.parse(result.output.trim().split('\n').pop()).stack
+  } catch {
+    return { problems: [`stack.mjs exited ${result.code} without printing an error`], summary: '' }
+  }
+  const dirs = tarballs.map((t) => join(app, 'node_modules', t.name) + sep)
+  const frames = stack
+    .split('\n')
+    .map((l) => /^\s*at (?:(.+?) \()?(.+?):(\d+):(\d+)\)?$/.exec(l))
+    .filter(Boolean)
+    .map((m) => {
+      const file = m[2].startsWith('file:') ? fileURLToPath(m[2]) : m[2]
+      return { fn: m[1], file, line: Number(m[3]), ours: dirs.some((d) => file.startsWith(d)) }
+    })
+  const problems = []
+  const ours = frames.filter((f) => f.ours)
+  if (ours.length === 0) problems.push('no frame in the installed packages')
+  const lines = (f) => (existsSync(f.file) ? readFileSync(f.file, 'utf8').split('\n') : [])
+  for (const f of ours) {
+    const at = `${relative(join(app, 'node_modules'), f.file)}:${f.line}`
+    if (!f.file.endsWith('.ts')) problems.push(`${at} is not mapped to a source`)
+    else if (!existsSync(f.file)) problems.push(`${at} is not in the installed package`)
+    else if (f.line > lines(f).length) problems.push(`${at} is past the file's end`)
+  }
+  let calls = 0
+  frames.forEach((callee, i) => {
+    const caller = frames[i + 1]
+    if (!callee.ours || !caller?.ours || !callee.fn || !existsSync(caller.file)) return
+    const name = callee.fn
+      .replace(/^(new|async) /, '')
+      .split('.')
+      .pop()
+    if ((lines(caller)[caller.line - 1] ?? '').includes(name)) calls++
+    else problems.push(`${relative(join(app, 'node_modules'), caller.file)}:${caller.line} does not call ${name}`)
+  })
+  if (ours.length > 1 && calls === 0) problems.push('no call site checked')
+  const top = ours[0] ? `${relative(join(app, 'node_modules'), ours[0].file)}:${ours[0].line}` : ''
+  return { problems, summary: `${ours.length} frames in the installed files (first ${top}), ${calls} call sites on the lines named` }
+}
+
+/**
+ * The install scripts of the installed tree, as npm's \`allowScripts\` policy sees them
+ * (\`npm install-scripts ls\`, npm 11.16 and later): the packages it lists as not yet covered must be
+ * the ones the README's "Installing" section names in its \`allowScripts\` block, and with that block
+ * in the project's package.json none may be left.
+ */
+async function installScripts(app) {
+  const name = 'install scripts of the installed tree (npm allowScripts)'
+  const readme = readFileSync(join(root, 'README.md'), 'utf8')
+  const section = readme.slice(readme.indexOf('\n## Installing'))
+  const block = /```json\n([\s\S]*?)```/.exec(section)
+  if (!readme.includes('\n## Installing') || !block) return ['FAIL', name, 'README.md has no JSON block under "## Installing"']
+  const documented = JSON.parse(block[1]).allowScripts ?? {}
+  const pending = async () => {
+    const r = await run(npm, ['install-scripts', 'ls', '--json'], { cwd: app, timeout: 60_000 })
+    try {
+      return (JSON.parse(r.output.slice(r.output.indexOf('{'))).allowScripts ?? []).map((p) => p.name).sort()
+    } catch {
+      return r.output
+    }
+  }
+  const before = await pending()
+  if (typeof before === 'string') return ['note', name, `this npm has no \`install-scripts ls\`: ${before.trim().split('\n')[0]}`]
+  const named = Object.keys(documented).sort()
+  if (before.join() !== named.join())
+    return ['FAIL', name, `npm lists ${before.join(', ') || 'none'}; the README's allowScripts names ${named.join(', ')}`]
+  const pkgFile = join(app, 'package.json')
+  const pkg = readFileSync(pkgFile, 'utf8')
+  writeFileSync(pkgFile, JSON.stringify({ ...JSON.parse(pkg), allowScripts: documented }, null, 2))
+  const after = await pending()
+  writeFileSync(pkgFile, pkg)
+  if (typeof after === 'string' || after.length)
+    return ['FAIL', name, `with the README's allowScripts, npm still lists ${typeof after === 'string' ? after : after.join(', ')}`]
+  return ['ok', name, `${before.join(', ')}: the README's allowScripts block covers them`]
 }
 
 /**
@@ -331,6 +483,30 @@ function exportTargets(pkg, only) {
 }
 
 const kib = (bytes) => `${(bytes / 1024).toFixed(1)} KiB`
+
+/**
+ * The TypeScript sources a package ships beside dist/ (its `files` names src/ and leaves out the tests):
+ * they must be the `@attach-storage/source` entries and every file they import by relative path, no
+ * more (a test helper, and what it imports, would ship for nothing) and no less (a source map naming
+ * a file that is not there).
+ */
+function shippedSources(dir, pkg, files) {
+  const shipped = files.filter((f) => f.startsWith('src/'))
+  const reached = new Set()
+  const todo = exportTargets(pkg, SOURCE).map((f) => f.replace(/^\.\//, ''))
+  while (todo.length) {
+    const file = todo.pop()
+    if (reached.has(file) || !existsSync(join(dir, file))) continue
+    reached.add(file)
+    const code = readFileSync(join(dir, file), 'utf8')
+    for (const m of code.matchAll(/(?:\bfrom\s*|\bimport\s*\(\s*|\bimport\s+)['"](\.{1,2}\/[^'"]+)['"]/g)) {
+      const target = join(dirname(file), m[1]).replace(/\.js$/, '.ts')
+      todo.push(existsSync(join(dir, target)) ? target : target.replace(/\.ts$/, '.d.ts'))
+    }
+  }
+  if (shipped.length === 0) return { missing: [], extra: [] }
+  return { missing: [...reached].filter((f) => !shipped.includes(f)), extra: shipped.filter((f) => !reached.has(f)) }
+}
 
 async function lint(tarballs) {
   const lines = []
@@ -546,6 +722,21 @@ export function listen(storage: AttachStorage) {
 `,
   }
 }
+
+/** An error thrown inside attach-storage: a misspelt setting (`tmp-tll`), refused at start. */
+const STACK_JS = `import { createAttachStorage } from 'attach-storage'
+
+try {
+  await createAttachStorage({
+    config: { 'tmp-tll': '1h', directory: { 'base-dir': './data/stack/files', 'tmp-dir': './data/stack/tmp' } },
+    jwt: { secret: 'install-check-secret-of-32-bytes!' },
+  })
+  console.log('no error thrown')
+  process.exit(1)
+} catch (error) {
+  console.log(JSON.stringify({ code: error.code, stack: error.stack }))
+}
+`
 
 /**
  * The embedding example run for real: the README's Hono app (no listening socket: \`app.fetch\`), then

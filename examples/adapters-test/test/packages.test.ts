@@ -1,7 +1,7 @@
 /**
  * The published packages as a user installs them: runs `scripts/check-packages.mjs` (build, `npm pack`,
  * publint, @arethetypeswrong/cli, install of the tarballs into a fresh project outside the workspace,
- * and the README's embedding example there). It lives in this project because vitest finds projects
+ * and there the README's embedding example, the source maps and a mapped stack trace). It lives in this project because vitest finds projects
  * by their package.json under packages/ and examples/; it builds into the packages' dist/ like
  * `npm run build`, which no other test reads, and the script's lock keeps two checks of one tree apart.
  * It runs at a lower CPU priority (`--nice`) so that the timed tests beside it keep their pace.
@@ -49,6 +49,9 @@ describe('the published packages', () => {
       'ok   example: view',
       'ok   example: resized view',
       'ok   browser bundle (plain <script>', // scripts/check-browser-bundle.mjs (its module line, if FAIL, fails above)
+      // The installed maps name shipped src/ files, and a stack under --enable-source-maps names them.
+      'ok   source maps resolve in the installed packages',
+      'ok   stack trace under node --enable-source-maps names installed files',
     ]) {
       expect(
         lines.some((l) => l.startsWith(check)),
