@@ -1,8 +1,9 @@
 /**
  * The code blocks of README.md and docs/**\/*.md, extracted and type-checked against the workspace
  * packages (their sources, through the `@attach-storage/source` condition of the root tsconfig.json),
- * in one compiler program for all TypeScript blocks and one for the JavaScript blocks. Nothing is
- * written to disk: each block is a virtual module under examples/adapters-test/.doc-blocks/.
+ * in one compiler program for the TypeScript blocks (and the TSDoc `@example` blocks of packages/*\/src,
+ * held to their imports) and one for the JavaScript blocks. Nothing is written to disk: each block is a
+ * virtual module under examples/adapters-test/.doc-blocks/.
  *
  * A block may be preceded (blank lines allowed) by a marker the reader does not see:
  *
@@ -15,9 +16,9 @@
  *     -->
  *
  * Words combine with commas (`continues, uses db`). A block whose first line is a comment naming a file
- * (`// src/settings.ts`) is that file of the page's example project: its siblings import it by name. JavaScript blocks (```js) are checked as TypeScript
- * without `strict`: unknown names, wrong members and wrong arguments are caught, types a JavaScript
- * user never writes are not asked for.
+ * (`// src/settings.ts`) is that file of the page's example project: its siblings import it by name.
+ * JavaScript blocks (```js) are checked as TypeScript without `strict`: unknown names, wrong members
+ * and wrong arguments are caught, types a JavaScript user never writes are not asked for.
  */
 import { readdirSync, readFileSync } from 'node:fs'
 import { dirname, join, relative, resolve } from 'node:path'
