@@ -117,21 +117,50 @@ for (const dialect of ['sqlite', 'postgres'] as const) {
       expect((await unknown.json()).code).toBe('unknown-variant')
     })
 
-    it('answers a partial failure of the board save as attach-save-failure with the post id', async () => {
+    it('a board save whose commit fails creates no post, and its temporary files can be committed by a later request', async () => {
+      const count = async () => ((await (await api('/board')).json()) as unknown[]).length
+      const before = await count()
+      const kept = await tmpUpload(new Blob(['kept for the retry']), 'kept.txt')
       const res = await api('/board', {
         method: 'POST',
         body: JSON.stringify({
           title: 'Second',
-          attachContainer: { refDomain: 'board', default: [{ savedName: 'gone.txt', displayName: 'gone.txt' }] },
+          attachContainer: {
+            refDomain: 'board',
+            default: [
+              { savedName: kept.name, displayName: 'kept.txt' },
+              { savedName: 'gone.txt', displayName: 'gone.txt' },
+            ],
+          },
         }),
       })
       expect(res.status).toBe(500)
       const body = await res.json()
       expect(body).toMatchObject({
         code: 'attach-save-failure',
-        id: expect.any(Number),
-        failures: [{ refCategory: 'default', index: 0, displayName: 'gone.txt' }],
+        failureCount: 1,
+        failures: [{ refCategory: 'default', index: 1, displayName: 'gone.txt' }],
       })
+      expect(body.id).toBeUndefined()
+      expect(await count()).toBe(before)
+      // The same temporary file, committed by the next request.
+      const retry = await api('/board', {
+        method: 'POST',
+        body: JSON.stringify({ title: 'Second', attachContainer: { refDomain: 'board', default: [{ savedName: kept.name }] } }),
+      })
+      expect(retry.status).toBe(201)
+      const post = await retry.json()
+      expect(post.attachContainer.default.map((r: { savedName: string }) => r.savedName)).toEqual([kept.name])
+      expect(await count()).toBe(before + 1)
+      // A failed PUT changes neither the post nor its attachments.
+      const put = await api(`/board/${post.id}`, {
+        method: 'PUT',
+        body: JSON.stringify({ title: 'Changed', attachContainer: { default: [{ savedName: 'gone.txt' }] } }),
+      })
+      expect(put.status).toBe(500)
+      const got = await (await api(`/board/${post.id}`)).json()
+      expect(got.title).toBe('Second')
+      expect(got.attachContainer.default).toHaveLength(1)
     })
 
     it('refuses bad board input with 4xx JSON bodies', async () => {

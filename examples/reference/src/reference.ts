@@ -244,9 +244,10 @@ export async function createReference(env: ServerEnv = process.env, logger: Logg
   const db = await openDatabase(
     dialect === 'sqlite' ? { type: 'sqlite', file: join(dataDir, 'attach.db') } : { type: dialect, url: dbUrl! },
   )
-  const boardAuthorOnly = async (user: AuthUser | null, refKey: string) => {
+  const boardAuthorOnly = async (user: AuthUser | null, refKey: string, _request: Request | null, context?: { trx?: Kysely<any> }) => {
     if (!user || !/^\d{1,15}$/.test(refKey)) return false
-    const row = await db.selectFrom('board').select('created_by').where('id', '=', Number(refKey)).executeTakeFirst()
+    // Within the board's transaction the post is read through it (it alone sees a new post).
+    const row = await (context?.trx ?? db).selectFrom('board').select('created_by').where('id', '=', Number(refKey)).executeTakeFirst()
     return row !== undefined && row.created_by !== null && String(row.created_by) === String(user.id)
   }
   // Prometheus metrics of the service and of the process, at GET /metrics.
@@ -364,16 +365,18 @@ export async function createReference(env: ServerEnv = process.env, logger: Logg
     const { title, text, attachContainer } = await readPost(request, true)
     const createdDt = new Date().toISOString()
     const values = { title, body: text ?? '', created_by: String(user.id), created_dt: createdDt }
-    const inserted =
-      dialect === 'mysql'
-        ? await db
-            .insertInto('board')
-            .values(values)
-            .executeTakeFirstOrThrow()
-            .then((r) => ({ id: Number(r.insertId), ...values }))
-        : await db.insertInto('board').values(values).returningAll().executeTakeFirstOrThrow()
-    const post = boardRow(inserted)
-    try {
+    // The post and its attachments are one transaction: when the commit fails (its 500
+    // attach-save-failure lists why), no post is left, and every temporary file can be committed again.
+    const post = await storage.transaction(async (trx) => {
+      const inserted =
+        dialect === 'mysql'
+          ? await trx
+              .insertInto('board')
+              .values(values)
+              .executeTakeFirstOrThrow()
+              .then((r) => ({ id: Number(r.insertId), ...values }))
+          : await trx.insertInto('board').values(values).returningAll().executeTakeFirstOrThrow()
+      const post = boardRow(inserted)
       await storage.commitAttachContainer({
         refDomain: 'board',
         refKey: post.id,
@@ -381,14 +384,10 @@ export async function createReference(env: ServerEnv = process.env, logger: Logg
         entity: post,
         user,
         request,
+        trx,
       })
-    } catch (err) {
-      if (err instanceof AttachStorageError && err.code === 'attach-save-failure') {
-        // The post exists; the client resends the failed entries to the confirmed-save endpoint.
-        return json({ ...err.toJSON(), id: post.id, createdDt: post.createdDt }, 500)
-      }
-      throw err
-    }
+      return post
+    })
     return json({ ...post, attachContainer: await storage.lookup('board', String(post.id), undefined, {}, request) }, 201)
   })
 
@@ -418,8 +417,9 @@ export async function createReference(env: ServerEnv = process.env, logger: Logg
     const changes: Record<string, string> = {}
     if (typeof title === 'string') changes.title = title
     if (typeof text === 'string') changes.body = text
-    if (Object.keys(changes).length) await db.updateTable('board').set(changes).where('id', '=', post.id).execute()
-    try {
+    // The post's changes and its attachments' are one transaction, as on creation.
+    await storage.transaction(async (trx) => {
+      if (Object.keys(changes).length) await trx.updateTable('board').set(changes).where('id', '=', post.id).execute()
       await storage.commitAttachContainer({
         refDomain: 'board',
         refKey: post.id,
@@ -427,11 +427,9 @@ export async function createReference(env: ServerEnv = process.env, logger: Logg
         entity: post,
         user,
         request,
+        trx,
       })
-    } catch (err) {
-      if (err instanceof AttachStorageError && err.code === 'attach-save-failure') return json({ ...err.toJSON(), id: post.id }, 500)
-      throw err
-    }
+    })
     return json({ ...post, ...changes, attachContainer: await storage.lookup('board', id, undefined, {}, request) })
   })
 
