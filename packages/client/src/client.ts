@@ -1,4 +1,5 @@
 import type { AttachBag, AttachmentView, SaveFailure } from 'attach-storage'
+import type { AttachContainer } from './container.js'
 
 /** Where the client finds the server and how it authenticates. */
 export interface ClientOptions {
@@ -206,8 +207,8 @@ export class AttachClient {
     }
   }
 
-  /** Confirmed save of an AttachBag for a reference (`POST attach/{refDomain}/{refKey}`). */
-  save(refDomain: string, refKey: string | number, bag: AttachBag, signal?: AbortSignal): Promise<Result<SaveResult>> {
+  /** Confirmed save of an `attachContainer` for a reference (`POST attach/{refDomain}/{refKey}`). */
+  save(refDomain: string, refKey: string | number, bag: AttachContainer, signal?: AbortSignal): Promise<Result<SaveResult>> {
     return this.#request('POST', this.api(`/attach/${enc(refDomain)}/${enc(String(refKey))}`), bag, signal)
   }
 

@@ -1,11 +1,23 @@
-import type { AttachBag, AttachBagEntry } from 'attach-storage'
+import type { AttachBagEntry, AttachmentView } from 'attach-storage'
 import type { TemporaryFile } from './client.js'
+
+/**
+ * The `attachContainer` a confirmed save (`client.save()`) and a host's `commitAttachContainer()`
+ * take: `{refDomain, <category>: entries[], _deleted?: [{id}]}`, as {@link AttachContainerBuilder} makes
+ * it. An AttachBag a lookup answered is one too (its records are kept, in their order).
+ */
+export interface AttachContainer {
+  refDomain?: string
+  /** Saved attachments to delete for good. */
+  _deleted?: Array<{ id: number }>
+  [category: string]: ReadonlyArray<AttachBagEntry | AttachmentView> | string | undefined
+}
 
 /** One file of a field's current list: a saved attachment kept (`id`), or a new temporary file. */
 export type ListedFile = { id: number; displayName?: string; ext?: string | null } | { temporary: TemporaryFile; ext?: string | null }
 
 /**
- * Builds the `attachContainer` (an AttachBag) that a confirmed save or a host's entity save commits, from
+ * Builds the `attachContainer` ({@link AttachContainer}) that a confirmed save or a host's entity save commits, from
  * what the user sees: the files of each category in their current order, and the saved ones removed.
  * Kept files become `{id}` entries (only their order is applied), new ones `{savedName, displayName,
  * fileSize, fileType}`, removed ones `_deleted`. The array index of each entry is its `sort`.
@@ -38,8 +50,8 @@ export class AttachContainerBuilder {
     return this
   }
 
-  build(): AttachBag {
-    const bag: AttachBag = { refDomain: this.#domain }
+  build(): AttachContainer & { refDomain: string } {
+    const bag: AttachContainer & { refDomain: string } = { refDomain: this.#domain }
     for (const [category, files] of this.#categories) {
       bag[category] = files
         .filter((f) => !('id' in f) || !this.#removed.has(f.id))
@@ -55,17 +67,17 @@ export class AttachContainerBuilder {
   }
 }
 
-/** Merges several AttachBags of one domain (one per field, say) into one. */
-export function mergeContainers(bags: AttachBag[]): AttachBag | null {
+/** Merges several containers of one domain (one per field, say) into one. */
+export function mergeContainers(bags: AttachContainer[]): AttachContainer | null {
   if (!bags.length) return null
-  const out: AttachBag = { refDomain: bags[0]!.refDomain }
+  const out: AttachContainer = { refDomain: bags[0]!.refDomain }
   const deleted: Array<{ id: number }> = []
   for (const bag of bags) {
     if (bag.refDomain !== out.refDomain) throw new Error('The containers name different domains')
     for (const [k, v] of Object.entries(bag)) {
       if (k === 'refDomain') continue
       if (k === '_deleted') deleted.push(...(v as Array<{ id: number }>))
-      else out[k] = [...((out[k] as unknown[]) ?? []), ...(v as unknown[])]
+      else out[k] = [...((out[k] as AttachBagEntry[] | undefined) ?? []), ...(v as AttachBagEntry[])]
     }
   }
   if (deleted.length) out._deleted = deleted

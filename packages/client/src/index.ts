@@ -15,5 +15,5 @@ export {
   type TemporaryFile,
   type UploadOptions,
 } from './client.js'
-export { AttachContainerBuilder, limiter, mergeContainers, type ListedFile } from './container.js'
+export { AttachContainerBuilder, limiter, mergeContainers, type AttachContainer, type ListedFile } from './container.js'
 export type { AttachBag, AttachBagEntry, AttachmentView, SaveFailure } from 'attach-storage'

@@ -4,7 +4,7 @@
  * the posts with paging, and shows, edits and deletes one post. Routes are the URL's hash: `#/`,
  * `#/?page=N`, `#/post/{id}`.
  */
-import { AttachClient, type AttachBag, type AttachmentView, mergeContainers } from '@attach-storage/client'
+import { AttachClient, type AttachBag, type AttachContainer, type AttachmentView, mergeContainers } from '@attach-storage/client'
 import { AttachField, defineAttachField } from '@attach-storage/client/element'
 
 interface Post {
@@ -70,11 +70,11 @@ async function signIn(): Promise<boolean> {
 const fields = (root: ParentNode) => [...root.querySelectorAll<AttachField>('attach-field')]
 
 /** The merged attachContainer of a form's fields, or an error to show. */
-function containerOf(root: ParentNode): AttachBag | string {
+function containerOf(root: ParentNode): AttachContainer | string {
   const all = fields(root)
   if (all.some((f) => f.busy)) return 'Wait until every upload has finished'
   if (all.some((f) => f.hasErrors)) return 'Remove or retry the files marked with an error first'
-  return mergeContainers(all.map((f) => JSON.parse(f.value) as AttachBag))!
+  return mergeContainers(all.map((f) => JSON.parse(f.value) as AttachContainer))!
 }
 
 function statusText(el: HTMLElement, text: string, error = false) {

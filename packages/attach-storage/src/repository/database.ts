@@ -160,8 +160,20 @@ async function loadDriver<T>(specifier: string, database: string, load: ImportDr
  *
  * A driver package that is not installed fails with a message naming it (`npm install pg`).
  * `importModule` replaces the loader of the driver packages (tests).
+ *
+ * `DB` is the host's own tables, for checked queries (Kysely's database interface); without it the
+ * instance is untyped (`Kysely<any>`). The service takes either (its `db` option), and keeps its own
+ * `attach_*` tables to itself.
+ *
+ * @example
+ * interface HostTables {
+ *   board: { id: Generated<number>; title: string; createdDt: string }
+ * }
+ * const db = await openDatabase<HostTables>({ type: 'sqlite', file: './data/app.db' })
+ * await db.insertInto('board').values({ title: 'Hello', createdDt: new Date().toISOString() }).execute()
+ * const storage = await createAttachStorage({ db, config })
  */
-export async function openDatabase(options: DatabaseOptions, importModule: ImportDriver = importDriver): Promise<Kysely<any>> {
+export async function openDatabase<DB = any>(options: DatabaseOptions, importModule: ImportDriver = importDriver): Promise<Kysely<DB>> {
   switch (options.type) {
     case 'sqlite':
       return openSqlite(options.file)

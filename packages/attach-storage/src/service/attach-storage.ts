@@ -23,14 +23,15 @@ import { UrlSigner } from './signing.js'
 import { createStores } from './stores.js'
 import { checkReadiness, type Readiness } from './health.js'
 import { fanOut, type Instrumentation, instrumentStores, tracerIfInstalled } from './instrumentation.js'
-import {
-  type AccessContext,
-  accessOf,
-  type AttachEventHook,
-  type AttachEvents,
-  type Authenticate,
-  type LookupFilters,
-  type Logger,
+import type {
+  AccessContext,
+  AttachBag,
+  AttachEventHook,
+  AttachEvents,
+  Authenticate,
+  LookupFilters,
+  LookupOptions,
+  Logger,
 } from './types.js'
 import * as uploads from './uploads.js'
 import { startVariantJobs } from './variant-jobs.js'
@@ -40,10 +41,12 @@ export { cleanDisplayName } from './names.js'
 export { describeRecord, syntheticDescription } from './access.js'
 export { EDITOR_DOMAIN } from './uploads.js'
 export type {
+  AttachContainer,
   AttachEventHook,
   AttachEvents,
   DirectItem,
   LookupFilters,
+  LookupOptions,
   ReceivedFile,
   ServeTarget,
   TemporaryItem,
@@ -82,7 +85,11 @@ export interface AttachStorageOptions {
   tracing?: boolean
   /** The `attach` settings tree, kebab-case or camelCase (see docs/configuration.md). */
   config?: AttachConfigInput | Record<string, unknown>
-  /** A Kysely instance of the host's database; default: one opened from `config.db`. */
+  /**
+   * A Kysely instance of the host's database, typed with the host's tables or not (`openDatabase<HostTables>()`
+   * answers one); the service creates and reads only its own `attach_*` tables in it. Default: one opened
+   * from `config.db`, closed by {@link AttachStorage.close}.
+   */
   db?: Kysely<any>
   /** Ready store instances by name (they count as declared). */
   stores?: Record<string, Store>
@@ -394,32 +401,55 @@ export class AttachStorage {
 
   /**
    * The AttachBag of a reference: `{refDomain, <category>: records[]}` in `sort` order, every registered
-   * category of the domain present (or only `refCategory` when given); guarded records only when the
-   * request may read them.
+   * category of the domain present (or only `category` when given), after `filters`.
+   *
+   * **Pass `request`** (the caller's Request, or an access context from `accessOf()`): without it the
+   * lookup is anonymous, and every record of a category with a secure-access function is silently
+   * left out of the answer.
+   *
+   * @example
+   * const bag = await storage.lookup('board', String(post.id), { request })
+   * const images = await storage.lookup('board', id, { category: 'images', filters: { ext: 'png' }, request })
+   * images.images // AttachmentView[]
+   */
+  lookup<C extends string = string>(refDomain: string, refKey: string, options?: LookupOptions<C>): Promise<AttachBag<C>>
+  /**
+   * @deprecated Positional form: use `lookup(refDomain, refKey, { category, filters, request })`. As
+   * there, without `request` every record of a guarded category is left out.
    */
   lookup(
     refDomain: string,
     refKey: string,
     refCategory?: string,
+    filters?: LookupFilters,
+    request?: Request | AccessContext | null,
+  ): Promise<AttachBag>
+  async lookup(
+    refDomain: string,
+    refKey: string,
+    third?: LookupOptions | string,
     filters: LookupFilters = {},
-    /** The caller's request, shown to secure-access functions; without one, guarded records are left out. */
     request: Request | AccessContext | null = null,
-  ) {
-    const access = request instanceof Request || request === null ? accessOf(null, request) : request
-    return records.lookup(this.#c, { refDomain, refKey, refCategory, filters }, access)
+  ): Promise<AttachBag> {
+    const o = typeof third === 'object' && third !== null ? records.lookupOptions(third) : { category: third, filters, request }
+    return records.lookup(this.#c, { refDomain, refKey, refCategory: o.category, filters: o.filters ?? {} }, records.accessFrom(o.request))
   }
 
-  /** The number of attachments of one reference category that the request may read. */
-  count(...args: Args<typeof records.count>) {
-    return records.count(this.#c, ...args)
+  /**
+   * The number of attachments of one reference category that the caller may read. **Pass `request`**
+   * (or an access context): without it, a guarded category counts 0.
+   */
+  count(input: { refDomain: string; refKey: string; refCategory: string }, request: Request | AccessContext | null = null) {
+    return records.count(this.#c, input, records.accessFrom(request))
   }
 
   /**
    * The conditional list: records of several references of a domain, ordered by refKey, refCategory,
-   * sort, following the list and pagination convention; records the request may not read are left out.
+   * sort, following the list and pagination convention; records the caller may not read are left out
+   * (all of a guarded category's when no `request` or access context is given).
    */
-  listByReferences(...args: Args<typeof records.listByReferences>) {
-    return records.listByReferences(this.#c, ...args)
+  listByReferences(input: records.ReferencesListInput, request: Request | AccessContext | null = null) {
+    return records.listByReferences(this.#c, input, records.accessFrom(request))
   }
 
   /** The real address of the `index`-th (in `sort` order) attachment of a reference category. */

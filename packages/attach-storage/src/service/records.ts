@@ -8,7 +8,7 @@ import { checkAccess, describeRecord, ownedRecords } from './access.js'
 import type { ServiceContext } from './context.js'
 import { dropBlob } from './housekeeping.js'
 import { checkRefKey, storeKey } from './layout.js'
-import type { AccessContext, AttachBag, LookupFilters } from './types.js'
+import { type AccessContext, accessOf, type AttachBag, type LookupFilters, type LookupOptions } from './types.js'
 import { namedOf, publicBase, readableViews, view } from './urls.js'
 import { madeVariants } from './variants.js'
 
@@ -71,6 +71,21 @@ export function applyFilters<T extends Pick<AttachmentRecord, 'ext' | 'fmetaValu
   return out
 }
 
+/** The access of an in-process call: an access context as given, or the host's request (or none) without a user. */
+export function accessFrom(request: Request | AccessContext | null | undefined): AccessContext {
+  return request instanceof Request || request === null || request === undefined ? accessOf(null, request ?? null) : request
+}
+
+const LOOKUP_OPTIONS = new Set(['category', 'filters', 'request'])
+
+/** The options of a lookup; an unknown name (a typo that would drop a guard or a filter) throws 400. */
+export function lookupOptions(options: LookupOptions): LookupOptions {
+  for (const key of Object.keys(options)) {
+    if (!LOOKUP_OPTIONS.has(key)) throw badRequest(`Unknown lookup option "${key}"; known options: category, filters, request`)
+  }
+  return options
+}
+
 /**
  * The AttachBag of a reference: `{refDomain, <category>: records[]}` in `sort` order, every registered
  * category of the domain present (or only `refCategory` when given).
@@ -85,17 +100,18 @@ export async function lookup(
   if (refCategory !== undefined) ctx.registry.category(refDomain, refCategory)
   const refKey = checkRefKey(input.refKey)
   const records = await ctx.repo.listByReference(refDomain, refKey, refCategory)
-  const bag: AttachBag = { refDomain }
+  const lists: Record<string, AttachmentView[]> = {}
   const cats = refCategory !== undefined ? [refCategory] : [...domain.categories.keys()]
-  for (const c of cats) bag[c] = []
+  for (const c of cats) lists[c] = []
   const views = await readableViews(ctx, records, access)
   for (const c of new Set(views.map((v) => v.refCategory))) {
-    bag[c] = applyFilters(
+    lists[c] = applyFilters(
       views.filter((v) => v.refCategory === c),
       filters,
     )
   }
-  return bag
+  // `refDomain` first, as answered before.
+  return { refDomain, ...lists } as AttachBag
 }
 
 /** The number of attachments of one reference category that the request may read. */

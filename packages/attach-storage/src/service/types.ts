@@ -1,4 +1,4 @@
-import type { AttachmentRecord, UserId } from '../model.js'
+import type { AttachmentRecord, AttachmentView, UserId } from '../model.js'
 import type { Store } from '../stores/store.js'
 
 /** The authenticated caller of the JSON group. */
@@ -80,11 +80,28 @@ export interface AttachBagEntry {
   [key: string]: unknown
 }
 
-/** `{refDomain, <category>: entries[], _deleted?: [{id}]}`. */
-export interface AttachBag {
+/**
+ * What `storage.lookup()` answers (and `GET attach/{refDomain}/{refKey}`): `refDomain` and each
+ * category's records in `sort` order. Name the categories for exact keys: `AttachBag<'images' | 'files'>`
+ * (a lookup of one `category` is typed so); with the default `string`, `bag.images` is
+ * `AttachmentView[] | undefined` under `noUncheckedIndexedAccess`.
+ *
+ * For what a client sends to a confirmed save or `commitAttachContainer()`, see {@link AttachContainer}
+ * (an `AttachBag` is one: sending back what a lookup answered keeps the records, re-sorted).
+ */
+export type AttachBag<C extends string = string> = { refDomain: string } & { [K in C]: AttachmentView[] }
+
+/**
+ * The `attachContainer` a client sends for a confirmed save or a host's `commitAttachContainer()`:
+ * `{refDomain?, <category>: entries[], _deleted?: [{id}]}`. Entries are new files
+ * ({@link AttachBagEntry} with `savedName`), reuses (`savedName` + `savedDir`) or existing records (their
+ * `id`, as a lookup answered them: only their position applies). The server checks its shape again.
+ */
+export interface AttachContainer {
   refDomain?: string
+  /** Records to delete permanently. */
   _deleted?: Array<{ id: number }>
-  [category: string]: unknown
+  [category: string]: ReadonlyArray<AttachBagEntry | AttachmentView> | string | undefined
 }
 
 /** One entry of the `failures` list of a partial failure. */
@@ -167,6 +184,24 @@ export interface LookupFilters {
   ext?: string
   extAlt?: string
   fmetaValue?: string
+}
+
+/**
+ * The options of `storage.lookup()`.
+ *
+ * **Pass `request`**: without it the lookup runs as an anonymous in-process caller, and every record of a
+ * category with a secure-access function is left out of the answer, without an error.
+ */
+export interface LookupOptions<C extends string = string> {
+  /** Only this category (default: every registered category of the domain). */
+  category?: C
+  /** `ext`, `extAlt` and `fmetaValue`, as on `GET attach/...`. */
+  filters?: LookupFilters
+  /**
+   * The caller's request (shown to secure-access functions) or an access context
+   * ({@link accessOf}). Without it, guarded records are left out.
+   */
+  request?: Request | AccessContext | null
 }
 
 /** What the binary group streams. */
