@@ -58,7 +58,7 @@ export interface BagPlan {
  */
 export async function planBag(
   ctx: ServiceContext,
-  input: { refDomain: string; refKey: string | number; bag: AttachBagInput },
+  input: { refDomain: string; refKey: string | number | undefined; bag: AttachBagInput },
   options: { access: AccessContext; date?: Date; mode: 'dry' | 'transaction' },
 ): Promise<BagPlan> {
   const { access, mode } = options
@@ -190,7 +190,7 @@ async function checkTemporary(
     const [from, fromKey] = tmpThere || !resumable || !placedKey ? [tmp, tmpKey(savedName)] : [ctx.store(resumable.store), placedKey]
     await refilter(ctx, category, meta, from, fromKey)
   }
-  if (!resumable) {
+  if (!resumable && at.refKey !== '') {
     const savedDir = regularSavedDir(at.refDomain, at.refKey, at.date, ctx.config.timeZone)
     const existing = await ctx.repo.findBlob(domain.store, savedDir, savedName)
     if (existing && existing.refCount !== 0) throw badRequest(`${savedName} is saved already`, 'saved-already')
@@ -218,8 +218,8 @@ export type AttachCheck =
       failures: SaveFailure[]
     }
 
-/** The input of `checkAttachContainer()`: that of `commitAttachContainer()` without `trx`. */
-export interface AttachCheckInput {
+/** The input of `commitAttachContainer()` (without `trx`). */
+export interface AttachCommitInput {
   attachContainer: AttachContainer | null | undefined
   refKey: string | number
   refDomain?: string
@@ -228,6 +228,13 @@ export interface AttachCheckInput {
   user: AuthUser | null
   request?: Request
 }
+
+/**
+ * The input of `checkAttachContainer()`: that of `commitAttachContainer()` without `trx`; `refKey` may
+ * be omitted for an entity not inserted yet (its domain's `mayChange` is then asked by the commit only,
+ * and `_deleted` and re-sort entries fail: no record belongs to it).
+ */
+export type AttachCheckInput = Omit<AttachCommitInput, 'refKey'> & { refKey?: string | number }
 
 /**
  * Says, changing nothing (no file moved, no row written), whether `commitAttachContainer()` with the
@@ -241,7 +248,7 @@ export async function checkAttachContainer(ctx: ServiceContext, input: AttachChe
     const bag = parseInput(AttachBagSchema, input.attachContainer, 'attachContainer')
     const refDomain = input.refDomain ?? bag.refDomain
     if (typeof refDomain !== 'string') throw badRequest('attachContainer.refDomain is required')
-    checkRefKey(input.refKey)
+    if (input.refKey !== undefined) checkRefKey(input.refKey)
     const date = dateOf(ctx, refDomain, input)
     const plan = await planBag(ctx, { refDomain, refKey: input.refKey, bag }, { access: accessFor(input), date, mode: 'dry' })
     if (!plan.failures.count) return { ok: true }

@@ -20,7 +20,7 @@ import { readableViews } from './urls.js'
 import { verifyDirectUpload } from './direct-to-cloud.js'
 import { releaseUploads } from './quota.js'
 import { commitBagInTransaction, inTransaction } from './host-transaction.js'
-import { type AttachCheckInput, dateOf } from './commit-check.js'
+import { type AttachCommitInput, dateOf } from './commit-check.js'
 import type { Transaction } from 'kysely'
 
 /** The positive integer `id` of an `{id}` object (a `_deleted` or re-sort entry), else undefined. */
@@ -58,13 +58,14 @@ export interface PreparedBag {
  */
 export async function prepareBag(
   ctx: ServiceContext,
-  input: { refDomain: string; refKey: string | number; bag: AttachBagInput },
+  input: { refDomain: string; refKey: string | number | undefined; bag: AttachBagInput },
   access: AccessContext,
 ): Promise<PreparedBag> {
   checkEntryCount(input.bag, ctx.config.save.maxEntries)
   const domain = ctx.registry.domain(input.refDomain)
   const refDomain = domain.name
-  const refKey = checkRefKey(input.refKey)
+  // No key (a check before the entity exists): no record is its own, and its `mayChange` waits for the commit.
+  const refKey = input.refKey === undefined ? '' : checkRefKey(input.refKey)
   const b = input.bag
   if (b.refDomain !== undefined && b.refDomain !== refDomain) {
     throw badRequest(`The AttachBag's refDomain "${String(b.refDomain).slice(0, 100)}" differs from "${refDomain}"`)
@@ -78,7 +79,7 @@ export async function prepareBag(
   const deleted = b._deleted ?? []
 
   // Who may change this entity's attachments at all is the host's call.
-  if (!(await mayChangeEntity(ctx, domain, refKey, access))) {
+  if (refKey !== '' && !(await mayChangeEntity(ctx, domain, refKey, access))) {
     throw forbidden(`You may not change the attachments of ${refDomain}/${refKey}`)
   }
   // One rule for every record the bag touches (deletions and re-sorts), checked before anything changes.
@@ -89,7 +90,7 @@ export async function prepareBag(
   }
   /** The touched records of this reference (others are entry failures below and change nothing). */
   const ours = new Map<number, AttachmentRecord>()
-  for (const r of touched.size ? await ctx.repo.findByIds([...touched]) : []) {
+  for (const r of touched.size && refKey !== '' ? await ctx.repo.findByIds([...touched]) : []) {
     if (r.refDomain !== refDomain || r.refKey !== refKey) continue
     if (!(await mayChange(ctx, access, r))) throw forbidden(`You may not change attachment ${r.id}`)
     ours.set(r.id, r)
@@ -554,7 +555,7 @@ export async function refilter(
  */
 export async function commitAttachContainer(
   ctx: ServiceContext,
-  input: AttachCheckInput & {
+  input: AttachCommitInput & {
     /** The host's Kysely transaction on the service's database: the commit is part of it. */
     trx?: Transaction<any>
   },

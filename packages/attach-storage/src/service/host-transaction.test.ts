@@ -250,6 +250,47 @@ for (const dialect of DIALECTS) {
       }
     })
 
+    it('checkAttachContainer without a refKey (an entity not inserted yet): new files pass, records of no entity fail', async () => {
+      const fresh = await tmpUpload('for a new entity', 'n.txt')
+      expect(await kit.storage.checkAttachContainer({ refDomain: 'demo', attachContainer: bagOf(fresh.name), user: USER })).toEqual({
+        ok: true,
+      })
+      const check = await kit.storage.checkAttachContainer({
+        refDomain: 'demo',
+        attachContainer: { default: [{ savedName: fresh.name }], _deleted: [{ id: 1 }] },
+        user: USER,
+      })
+      expect(check).toMatchObject({
+        ok: false,
+        code: 'attach-save-failure',
+        failures: [{ refCategory: '_deleted', index: 0, code: 'not-found' }],
+      })
+    })
+
+    it("fires 'saved' once the transaction committed, never for one that rolled back", async () => {
+      const seen: string[] = []
+      const off = kit.storage.on('saved', (e) => {
+        seen.push(...e.records.map((r) => r.savedName))
+      })
+      try {
+        const a = await tmpUpload('event rolled back', 'e1.txt')
+        await createTicket('event-rollback', bagOf(a.name), async () => {
+          throw new Error('no')
+        }).catch(() => undefined)
+        await kit.storage.drainEvents()
+        expect(seen).toEqual([])
+        await createTicket('event-commit', bagOf(a.name), async () => {
+          // Still inside the transaction: nothing announced yet.
+          await new Promise((r) => setTimeout(r, 10))
+          expect(seen).toEqual([])
+        })
+        await kit.storage.drainEvents()
+        expect(seen).toEqual([a.name])
+      } finally {
+        off()
+      }
+    })
+
     it("the sweep tidies what the host's own transactions left: a committed file's temporary copy, a rollback's copy", async () => {
       const a = await tmpUpload('host committed', 'hc.txt')
       const b = await tmpUpload('host rolled back', 'hr.txt')
