@@ -1,4 +1,4 @@
-/** The shape of an AttachBag (`attachContainer`), checked at the edge and by `commitAttachContainer()`. */
+/** The shape of an `attachContainer` (`AttachContainer`), checked at the edge and by `commitAttachContainer()`. */
 import * as v from 'valibot'
 import { AttachStorageError, badRequest } from '../errors.js'
 import { isJsonObject } from '../validation.js'
@@ -74,5 +74,5 @@ export const AttachBagSchema = v.pipe(
   ),
 )
 
-/** A bag whose shape {@link AttachBagSchema} checked. */
+/** An `attachContainer` whose shape {@link AttachBagSchema} checked (its entries not yet: each is checked alone). */
 export type AttachBagInput = v.InferOutput<typeof AttachBagSchema>
