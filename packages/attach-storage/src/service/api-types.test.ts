@@ -83,12 +83,17 @@ describe('lookup()', () => {
     expectTypeOf(check).toBeFunction()
   })
 
-  it('count() and listByReferences() take the caller as lookup() does', () => {
+  it('count(), listByReferences() and directUrl() take the caller as lookup() does', () => {
     async function check(storage: AttachStorage, request: Request, access: AccessContext) {
       expectTypeOf(await storage.count({ refDomain: 'board', refKey: '1', refCategory: 'images' }, request)).toEqualTypeOf<number>()
       await storage.count({ refDomain: 'board', refKey: '1', refCategory: 'images' }, access)
       const list = await storage.listByReferences({ refDomain: 'board', refKeys: ['1'], list: oneList }, request)
       expectTypeOf(list.rows).toEqualTypeOf<AttachmentView[]>()
+      const at = { refDomain: 'board', refKey: '1', refCategory: 'images', index: 0 }
+      expectTypeOf(await storage.directUrl(at, request)).toEqualTypeOf<string>()
+      await storage.directUrl(at, access)
+      // @ts-expect-error: the caller is a Request or an access context
+      await storage.directUrl(at, { user: null })
     }
     expectTypeOf(check).toBeFunction()
   })

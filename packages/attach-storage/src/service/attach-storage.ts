@@ -452,9 +452,12 @@ export class AttachStorage {
     return records.listByReferences(this.#c, input, records.accessFrom(request))
   }
 
-  /** The real address of the `index`-th (in `sort` order) attachment of a reference category. */
-  directUrl(...args: Args<typeof records.directUrl>) {
-    return records.directUrl(this.#c, ...args)
+  /**
+   * The real address of the `index`-th (in `sort` order) attachment of a reference category. A guarded
+   * category's needs the caller's `request` (or access context): without it, 403 `forbidden`.
+   */
+  directUrl(input: Parameters<typeof records.directUrl>[1], request: Request | AccessContext | null = null) {
+    return records.directUrl(this.#c, input, records.accessFrom(request))
   }
 
   /** `{cdnUrl, domains: {<domain>: {store, categories}}}`. */

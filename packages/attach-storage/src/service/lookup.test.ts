@@ -75,4 +75,11 @@ describe('storage.lookup()', () => {
     expect(await kit.storage.count(ref, stranger)).toBe(0)
     expect(await kit.storage.count(ref)).toBe(0)
   })
+
+  it('directUrl() takes the request the same way: a guarded file only for a caller the category lets in', async () => {
+    const at = { refDomain: 'demo', refKey: 'k1', refCategory: 'private', index: 0 }
+    expect(await kit.storage.directUrl(at, owner)).toMatch(/\/attach\/view\/\d+/)
+    await expect(kit.storage.directUrl(at, stranger)).rejects.toMatchObject({ status: 403, code: 'forbidden' })
+    await expect(kit.storage.directUrl(at)).rejects.toMatchObject({ status: 403, code: 'forbidden' })
+  })
 })
