@@ -44,6 +44,12 @@ export {
   type RecordReference,
 }
 
+/** A MySQL lock not taken at once: `NOWAIT` (MySQL 3572) or MariaDB's lock wait timeout (1205). */
+const isLockBusy = (err: unknown) => {
+  const errno = (err as { errno?: unknown } | null)?.errno
+  return errno === 3572 || errno === 1205
+}
+
 /** How many times a transaction chosen as a deadlock victim is tried in all. */
 const DEADLOCK_ATTEMPTS = 4
 
@@ -113,6 +119,16 @@ export class AttachRepository {
     if (this.#dialect === 'sqlite') return 'held'
     const db = this.#db as unknown as Kysely<any>
     const row = (q: any) => q.selectFrom(PENDING_TABLE).select('name').where('name', '=', tmpName)
+    if (this.#dialect === 'mysql') {
+      // NOWAIT (MySQL 8, MariaDB 10.3+; SKIP LOCKED needs MariaDB 10.6): a held lock fails the statement
+      // only, the transaction goes on.
+      try {
+        return (await row(db).forUpdate().noWait().executeTakeFirst()) ? 'held' : 'none'
+      } catch (err) {
+        if (isLockBusy(err)) return 'busy'
+        throw err
+      }
+    }
     if (await row(db).forUpdate().skipLocked().executeTakeFirst()) return 'held'
     return (await row(db).executeTakeFirst()) ? 'busy' : 'none'
   }
