@@ -289,6 +289,7 @@ async function checkAll(packages, names, packs, app) {
   } else {
     line('FAIL', "run the README's embedding example", `exited ${example.code}\n${indent(tail(example.output, 40))}`)
   }
+  for (const l of await (await import('./check-browser-bundle.mjs')).checkBrowserBundle(app)) line(...l)
 }
 
 /**
