@@ -159,6 +159,12 @@ for (const dialect of DIALECTS) {
         // The first transaction holds the file: the second is refused at once, 409 conflict.
         const err = await second
         expect(err?.details).toMatchObject({ failures: [{ code: 'conflict' }] })
+        // A save outside any transaction is refused the same way: it never commits a file a transaction holds.
+        const plain = await failureOf(
+          kit.storage.commitAttachContainer({ refDomain: 'demo', refKey: 'race-plain', attachContainer: bagOf(a.name), user: USER }),
+        )
+        expect(plain.details).toMatchObject({ failures: [{ code: 'conflict' }] })
+        expect(await recordsOf('race-plain')).toEqual([])
         release()
         await first
       } else {
