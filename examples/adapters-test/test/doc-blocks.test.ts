@@ -3,9 +3,11 @@
  * type-checked against the workspace packages (doc-blocks-kit.ts says how, and which markers a page
  * may put before a block), one test per block, failing with the page's file and line of each error.
  *
- * The embedding examples of docs/frameworks/ (the mount, then the host's save route) also run, in
- * process, on SQLite and a temporary folder: an upload, the save route committing it, the stored file
- * read back. README's embedding example is run from the packed tarballs by scripts/check-packages.mjs.
+ * The embedding examples of docs/frameworks/ (the mount, then the host's save routes) also run, in
+ * process, on SQLite and a temporary folder: an upload, /board committing it with its post in one
+ * transaction, the stored file read back, a refused commit leaving no post; /tickets (the entity in
+ * another database) refusing before its insert, then saving. README's embedding example is run from
+ * the packed tarballs by scripts/check-packages.mjs.
  */
 import { mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs'
 import { createServer, type Server } from 'node:http'
@@ -73,6 +75,13 @@ await db.schema
   .addColumn('created_by', 'text', (c) => c.notNull())
   .addColumn('created_dt', 'text', (c) => c.notNull())
   .execute()
+await db.schema
+  .createTable('post')
+  .ifNotExists()
+  .addColumn('id', 'integer', (c) => c.primaryKey().autoIncrement())
+  .addColumn('title', 'text', (c) => c.notNull())
+  .addColumn('created_dt', 'text', (c) => c.notNull())
+  .execute()
 `
 
 /** What listens on a port in a page's example; the test listens on port 0 itself. */
@@ -106,7 +115,7 @@ describe("the framework pages' embedding examples run", () => {
   const secret = 'doc-blocks-test-secret-0123456789'
   for (const framework of Object.keys(SERVE)) {
     const page = `docs/frameworks/${framework}.md`
-    it(`${page}: the mount and the save route, an upload committed with its post and read back`, async () => {
+    it(`${page}: the mount, /board saving a post and its upload in one transaction, /tickets checking first`, async () => {
       const main = modulesOf(extractBlocks(page)).find((m) => m.text.includes('createAttachStorage(') && m.text.includes("'/board'"))
       expect(main, `${page} has no block creating the storage that a block with the /board save route continues`).toBeDefined()
       expect(main!.text, `${page}: its example no longer listens as the test expects (${LISTEN})`).toMatch(LISTEN)
@@ -115,7 +124,7 @@ describe("the framework pages' embedding examples run", () => {
       process.env.JWT_SECRET = secret
       let served: Served | undefined
       let storage: { close(): Promise<void> } | undefined
-      let db: { destroy(): Promise<void> } | undefined
+      let db: any
       try {
         // The page's module, as a user pastes it, with its data folder in the temporary one and no port.
         symlinkSync(join(ROOT, 'node_modules'), join(dir, 'node_modules'), 'dir')
@@ -164,12 +173,32 @@ describe("the framework pages' embedding examples run", () => {
         expect(view.status).toBe(200)
         expect(Buffer.from(await view.arrayBuffer()).equals(png)).toBe(true)
         // A second save of the same temporary file is refused with the route's JSON error (the page's
-        // catch): the file was committed, not copied. Today 500 attach-save-failure, failures: not-found.
+        // catch): the file was committed, not copied. The pages save in one transaction: no post is left.
         const again = await post({ title: 'Again', attachContainer })
         const refusal = await again.json()
         expect(again.status).toBeGreaterThanOrEqual(400)
         expect(refusal).toMatchObject({ code: expect.any(String), message: expect.any(String) })
         if (refusal.failures) expect(refusal.failures).toMatchObject([{ code: 'not-found', displayName: 'photo.png' }])
+        const titles = async (table: string) => (await db!.selectFrom(table).select('title').execute()).map((r: any) => r.title)
+        expect(await titles('board')).toEqual(['Hello'])
+
+        // The other-database route (/tickets): checkAttachContainer() refuses before the insert, then
+        // a fresh upload is inserted and committed.
+        const ticket = (body: unknown) =>
+          call('/tickets', { method: 'POST', headers: { ...auth, 'content-type': 'application/json' }, body: JSON.stringify(body) })
+        const refused = await ticket({ title: 'Refused', attachContainer })
+        expect([refused.status, (await refused.json()).ok]).toEqual([400, false])
+        expect(await titles('post')).toEqual([])
+        const second = new FormData()
+        second.set('refDomain', 'board')
+        second.set('file', new Blob(['minutes']), 'minutes.txt')
+        const upload2 = (await (await call('/api/storage/attach/tmp', { method: 'POST', headers: auth, body: second })).json()).files[0]
+        const created = await ticket({ title: 'Ticket', attachContainer: { refDomain: 'board', default: [{ savedName: upload2.name }] } })
+        const createdBody = await created.json()
+        expect(created.status, JSON.stringify(createdBody)).toBe(201)
+        expect(await titles('post')).toEqual(['Ticket'])
+        const bag = await example.storage.lookup('board', String(createdBody.id))
+        expect(bag.default.map((r: { fileSize: number }) => r.fileSize)).toEqual([7])
       } finally {
         await served?.close()
         await storage?.close()
