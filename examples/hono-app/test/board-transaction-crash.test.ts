@@ -2,7 +2,7 @@
  * kill -9 between the host's insert and its commit: a reference server child saves a board post (the
  * post inserted, then its attachments committed in the same transaction) and is killed at the test-only
  * pause point after the first attachment's record was written, before the transaction commits. Then, on
- * the same data directory and database: no post, no record, no blob row; the sweep removes the copy the
+ * the same data directory and database (SQLite, PostgreSQL, MySQL): no post, no record, no blob row; the sweep removes the copy the
  * dead transaction placed and keeps the temporary files; the same request succeeds; nothing is orphaned.
  */
 import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process'
@@ -13,7 +13,8 @@ import { fileURLToPath } from 'node:url'
 import { build } from 'esbuild'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createReferenceApp } from '../src/app.js'
-import { pgDatabase, sign, walk } from './helpers.js'
+import { openTestDatabase } from '../../../test/databases.js'
+import { sign, walk } from './helpers.js'
 
 const here = dirname(fileURLToPath(import.meta.url))
 const SECRET = 'board-crash-test-secret-0123456789'
@@ -80,11 +81,18 @@ describe('a board save killed with -9 inside its transaction', () => {
     await rm(bundle, { force: true })
   })
 
-  for (const dialect of ['sqlite', 'postgres'] as const) {
+  /** A fresh PostgreSQL or MySQL database for the servers to open by URL. */
+  const serverDatabase = async (dialect: 'postgres' | 'mysql') => {
+    const t = await openTestDatabase(dialect)
+    await t.db.destroy()
+    return { url: t.location, drop: () => t.cleanup() }
+  }
+
+  for (const dialect of ['sqlite', 'postgres', 'mysql'] as const) {
     it(`leaves no post, no record and committable temporary files; the retry succeeds, nothing orphaned (${dialect})`, async () => {
       const dataDir = await mkdtemp(join(tmpdir(), 'attach-board-crash-'))
       dirs.push(dataDir)
-      const pg = dialect === 'postgres' ? await pgDatabase() : undefined
+      const pg = dialect === 'sqlite' ? undefined : await serverDatabase(dialect)
       const env: Record<string, string> = { ATTACH_DATA_DIR: dataDir, ...(pg ? { ATTACH_DATABASE_URL: pg.url } : {}) }
       const auth = { authorization: `Bearer ${await sign('1', SECRET)}` }
       try {
