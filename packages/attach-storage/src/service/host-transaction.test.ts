@@ -6,6 +6,7 @@
  * commit does; the sweep tidies what a transaction of the host's own (not `storage.transaction()`) left.
  */
 import { existsSync } from 'node:fs'
+import { stat } from 'node:fs/promises'
 import { join } from 'node:path'
 import type { Kysely, Transaction } from 'kysely'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
@@ -57,7 +58,7 @@ for (const dialect of DIALECTS) {
     const storedFiles = async (name: string) => (await kit.files()).filter((f) => f.includes(name))
     const bagOf = (...names: string[]) => ({ default: names.map((savedName) => ({ savedName })) })
     /** A ticket and its attachments in one `storage.transaction()`; `after` runs in it once committed. */
-    const createTicket = (title: string, bag: unknown, after?: (id: number) => Promise<void>) =>
+    const createTicket = (title: string, bag: unknown, after?: (id: number, trx: Transaction<any>) => Promise<void>) =>
       kit.storage.transaction(async (trx) => {
         const id = await insertTicket(trx, title)
         const views = await kit.storage.commitAttachContainer({
@@ -67,7 +68,7 @@ for (const dialect of DIALECTS) {
           user: USER,
           trx,
         })
-        await after?.(id)
+        await after?.(id, trx)
         return { id, views }
       })
     const failureOf = async (p: Promise<unknown>) => {
@@ -90,6 +91,19 @@ for (const dialect of DIALECTS) {
       expect(await tmpFiles(b.name)).toEqual([])
       expect(await storedFiles(a.name)).toHaveLength(1)
       expect((await blobsOf(a.name)).map((x) => x.refCount)).toEqual([1])
+    })
+
+    it('between two local stores the placed copy is a hard link of the temporary file, whatever its size', async () => {
+      const a = await tmpUpload('x'.repeat(200_000), 'big.txt')
+      await createTicket('linked', bagOf(a.name), async (id, trx) => {
+        const [rec] = await kit.storage.repository.within(trx).listByReference('demo', String(id))
+        const placed = await stat(join(kit.baseDir, rec!.savedDir, rec!.savedName))
+        const temporary = await stat(join(kit.tmpDir, '_tmp', a.name))
+        expect(placed.ino).toBe(temporary.ino)
+        expect(placed.nlink).toBe(2)
+      })
+      const [rec] = await recordsOf((await tickets('linked'))[0]!.id)
+      expect((await stat(join(kit.baseDir, rec!.savedDir, rec!.savedName))).nlink).toBe(1)
     })
 
     it('a throw after the commit rolls everything back: no ticket, no record, no blob row; the retry succeeds', async () => {

@@ -12,9 +12,13 @@
  * and the 'saved' event and the named variants wait for the commit: no worker looks for a record that
  * may never exist.
  */
+import { link, rename, unlink } from 'node:fs/promises'
+import { dirname } from 'node:path'
 import type { Kysely, Transaction } from 'kysely'
 import { AttachStorageError, badRequest, notFound } from '../errors.js'
 import type { AttachmentRecord, AttachmentView, BlobRecord } from '../model.js'
+import { errnoOf, isFile, mkdirDurable, syncDir, tempPathFor } from '../stores/local-fs.js'
+import { LocalStore } from '../stores/local-store.js'
 import type { Store } from '../stores/store.js'
 import type { AttachBagInput } from './bag.js'
 import { type BagPlan, planBag, type TemporaryEntry } from './commit-check.js'
@@ -115,8 +119,37 @@ export async function commitBagInTransaction(
 /** Copies a file between stores (a copy within one store), never moving it. */
 async function copyFile(from: Store, fromKey: string, to: Store, toKey: string, contentType: string): Promise<void> {
   if (from === to) return to.copy(fromKey, toKey)
+  if (await linkAcross(from, fromKey, to, toKey)) return
   const { size } = await from.stat(fromKey)
   await to.put(toKey, await from.get(fromKey), { contentType, size })
+}
+
+/**
+ * Between two local stores on one file system: a hard link, the same bytes under a second name at no
+ * cost whatever their size (stored files are never changed in place; each name is deleted on its own).
+ * Staged under a partial name and renamed over a dead copy of an earlier attempt, then the directory
+ * fsynced: durable once it resolves. False when it cannot be (another file system, no hard links):
+ * the caller copies.
+ */
+async function linkAcross(from: Store, fromKey: string, to: Store, toKey: string): Promise<boolean> {
+  if (!from.localPath || !to.localPath || from.type !== 'local' || to.type !== 'local') return false
+  const src = from.localPath(fromKey)
+  const dst = to.localPath(toKey)
+  const staged = tempPathFor(dst)
+  try {
+    await mkdirDurable(dirname(dst))
+    await link(src, staged)
+    await rename(staged, dst)
+    await syncDir(dirname(dst))
+    return true
+  } catch (err) {
+    if (errnoOf(err) === 'ENOENT' && !(await isFile(src))) throw notFound(`${fromKey} is not in the temporary area`)
+    return false
+  } finally {
+    // A rename onto a name of the same file does nothing: the staged name goes here either way.
+    await unlink(staged).catch(() => undefined)
+    if (to instanceof LocalStore) to.forgetKey(toKey)
+  }
 }
 
 /**
