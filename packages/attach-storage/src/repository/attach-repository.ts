@@ -135,13 +135,14 @@ export class AttachRepository {
 
   /**
    * Runs `fn` over a repository in a transaction of its own that holds the claim of `tmpName` (see
-   * {@link claimTmpName}); answers `busy`, without running `fn`, while a host's transaction commits
-   * that temporary file.
+   * {@link claimTmpName}; `none` when there is no row to hold); answers `busy`, without running `fn`,
+   * while a host's transaction commits that temporary file.
    */
-  async whileClaimed<T>(tmpName: string, fn: (repo: AttachRepository) => Promise<T>): Promise<T | 'busy'> {
+  async whileClaimed<T>(tmpName: string, fn: (repo: AttachRepository, claim: 'held' | 'none') => Promise<T>): Promise<T | 'busy'> {
     return this.#transaction(async (trx) => {
       const repo = this.within(trx)
-      return (await repo.claimTmpName(tmpName)) === 'busy' ? 'busy' : fn(repo)
+      const claim = await repo.claimTmpName(tmpName)
+      return claim === 'busy' ? 'busy' : fn(repo, claim)
     })
   }
 

@@ -224,7 +224,8 @@ async function commitTemporary(ctx: ServiceContext, t: TemporaryEntry, work: Tra
 
 /**
  * Tidies what commits in host transactions left of a temporary file, under its claim (nothing while a
- * transaction commits it): the copies no blob row holds (a rollback's, a crash's, an earlier month's);
+ * transaction commits it, nor before it is committed or expired when it has no quota row to claim):
+ * the copies no blob row holds (a rollback's, a crash's, an earlier month's);
  * once it is committed (a live blob names it), the temporary file and its sidecar; and the record of
  * placements once committed or `expired`. Answers `committed`, `kept` or `busy`.
  */
@@ -234,8 +235,11 @@ export async function tidyPlacements(
   options: { expired?: boolean } = {},
 ): Promise<'committed' | 'kept' | 'busy'> {
   const tmp = ctx.stores.tmpStore
-  return ctx.repo.whileClaimed(savedName, async (repo) => {
+  return ctx.repo.whileClaimed(savedName, async (repo, claim) => {
     const committed = (await repo.findBlobsByTmpName(savedName)).some((b) => b.refCount > 0)
+    // Without a row to hold, a transaction still running cannot be told apart: its copies wait for the
+    // file to be committed or to expire.
+    if (claim === 'none' && !committed && !options.expired) return 'kept'
     for (const p of await readPlacements(ctx, savedName)) {
       if (await repo.findBlob(p.store, p.savedDir, p.savedName)) continue
       const store = ctx.stores.stores.get(p.store)
