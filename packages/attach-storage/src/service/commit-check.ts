@@ -24,6 +24,7 @@ import type { ServiceContext } from './context.js'
 import { verifyDirectUpload } from './direct-to-cloud.js'
 import { checkRefKey, parseRegularSavedDir, regularSavedDir, SAVED_NAME, storeKey } from './layout.js'
 import { readTmpMeta, type TmpMeta, tmpKey, tmpUploadKey } from './temporary.js'
+import type { Store } from '../stores/store.js'
 import type { AccessContext, AttachBagEntry, AttachContainer, AuthUser, SaveFailure } from './types.js'
 
 /** A temporary file's entry that passed its checks: its place, and its sidecar (verified), or the record it has already. */
@@ -183,13 +184,19 @@ async function checkTemporary(
     const place = parseRegularSavedDir(p.savedDir)
     return p.store === domain.store && place?.refDomain === at.refDomain && place.refKey === at.refKey
   })
-  const placedKey = resumable ? storeKey(resumable.savedDir, resumable.savedName) : undefined
-  const placedThere = resumable && placedKey ? await ctx.store(resumable.store).exists(placedKey) : false
-  if (!tmpThere && !placedThere) throw notFound(`${savedName} is not in the temporary area (expired, or saved already)`)
-  if (meta.refCategory !== at.refCategory) {
-    const [from, fromKey] = tmpThere || !resumable || !placedKey ? [tmp, tmpKey(savedName)] : [ctx.store(resumable.store), placedKey]
-    await refilter(ctx, category, meta, from, fromKey)
+  // Where the bytes are: the temporary area, else the place of an interrupted commit (the commit moves
+  // another reference's file back first, and resumes this reference's there).
+  let source: [Store, string] | undefined = tmpThere ? [tmp, tmpKey(savedName)] : undefined
+  for (const p of source ? [] : [...(resumable ? [resumable] : []), ...pending.filter((x) => x !== resumable)]) {
+    const store = ctx.stores.stores.get(p.store)
+    const key = storeKey(p.savedDir, p.savedName)
+    if (store && (await store.exists(key))) {
+      source = [store, key]
+      break
+    }
   }
+  if (!source) throw notFound(`${savedName} is not in the temporary area (expired, or saved already)`)
+  if (meta.refCategory !== at.refCategory) await refilter(ctx, category, meta, source[0], source[1])
   if (!resumable && at.refKey !== '') {
     const savedDir = regularSavedDir(at.refDomain, at.refKey, at.date, ctx.config.timeZone)
     const existing = await ctx.repo.findBlob(domain.store, savedDir, savedName)
@@ -239,8 +246,10 @@ export type AttachCheckInput = Omit<AttachCommitInput, 'refKey'> & { refKey?: st
 /**
  * Says, changing nothing (no file moved, no row written), whether `commitAttachContainer()` with the
  * same input would succeed now, and why not: the same codes and reasons. A direct-to-cloud upload not
- * verified yet is only looked for (the commit verifies its bytes). What others do between the check and
- * the commit can still change the outcome (a concurrent commit of the same file, an expiry).
+ * verified yet is only looked for (the commit verifies its bytes). It answers for a commit without
+ * `trx`; in a transaction the same answers hold, except that a file whose commit outside a transaction
+ * was interrupted is a `conflict` there. What others do between the check and the commit can still
+ * change the outcome (a concurrent commit of the same file, an expiry).
  */
 export async function checkAttachContainer(ctx: ServiceContext, input: AttachCheckInput): Promise<AttachCheck> {
   try {

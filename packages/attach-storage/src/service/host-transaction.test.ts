@@ -22,8 +22,17 @@ for (const dialect of DIALECTS) {
     let kit: Kit
     let db: Kysely<any>
     let clock = new Date()
+    /** The step at which the next save outside a transaction "crashes" (once). */
+    let crashAt: string | undefined
     beforeAll(async () => {
-      kit = await makeKit(dialect, { now: () => clock })
+      kit = await makeKit(dialect, {
+        now: () => clock,
+        testPause: (step) => {
+          if (step !== crashAt) return
+          crashAt = undefined
+          throw new Error(`killed at ${step}`)
+        },
+      })
       db = kit.storage.repository.db
       await db.schema
         .createTable('ticket')
@@ -267,6 +276,29 @@ for (const dialect of DIALECTS) {
           if (label === 'ok') expect(check.ok).toBe(true)
           else expect(check.ok, label).toBe(false)
         }
+      }
+    })
+
+    it('after a commit interrupted once its file moved: the check and the commit agree (resumed, or moved back for another reference)', async () => {
+      for (const target of ['int-same', 'int-other']) {
+        const a = await tmpUpload(`interrupted ${target}`, 'i.txt')
+        crashAt = 'moved'
+        await failureOf(
+          kit.storage.commitAttachContainer({ refDomain: 'demo', refKey: 'int-same', attachContainer: bagOf(a.name), user: USER }),
+        )
+        expect(await tmpFiles(a.name)).toEqual([`_tmp/${a.name}.meta.json`]) // the file is at its place, under a pending blob
+        const check = await kit.storage.checkAttachContainer({
+          refDomain: 'demo',
+          refKey: target,
+          attachContainer: bagOf(a.name),
+          user: USER,
+        })
+        expect(check, target).toEqual({ ok: true })
+        // In a transaction that file belongs to the interrupted commit: conflict, nothing changed.
+        const inTrx = await failureOf(createTicket(`int-trx-${target}`, bagOf(a.name)))
+        expect(inTrx.details).toMatchObject({ failures: [{ code: 'conflict' }] })
+        await kit.storage.commitAttachContainer({ refDomain: 'demo', refKey: target, attachContainer: bagOf(a.name), user: USER })
+        expect((await recordsOf(target)).map((r) => r.savedName)).toContain(a.name)
       }
     })
 
