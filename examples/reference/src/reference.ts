@@ -388,7 +388,7 @@ export async function createReference(env: ServerEnv = process.env, logger: Logg
       })
       return post
     })
-    return json({ ...post, attachContainer: await storage.lookup('board', String(post.id), undefined, {}, request) }, 201)
+    return json({ ...post, attachContainer: await storage.lookup('board', String(post.id), { request }) }, 201)
   })
 
   const getBoard = guard(async (request: Request, id: string) => {
@@ -396,7 +396,7 @@ export async function createReference(env: ServerEnv = process.env, logger: Logg
     if (!/^\d{1,15}$/.test(id)) throw badRequest('id must be a positive integer')
     const row = await db.selectFrom('board').selectAll().where('id', '=', Number(id)).executeTakeFirst()
     if (!row) throw notFound(`No board post ${id}`)
-    return json({ ...boardRow(row), attachContainer: await storage.lookup('board', id, undefined, {}, request) })
+    return json({ ...boardRow(row), attachContainer: await storage.lookup('board', id, { request }) })
   })
 
   /** The post, when the request's user wrote it: 404 when there is none, 403 for another user. */
@@ -430,15 +430,13 @@ export async function createReference(env: ServerEnv = process.env, logger: Logg
         trx,
       })
     })
-    return json({ ...post, ...changes, attachContainer: await storage.lookup('board', id, undefined, {}, request) })
+    return json({ ...post, ...changes, attachContainer: await storage.lookup('board', id, { request }) })
   })
 
   const deleteBoard = guard(async (request: Request, id: string) => {
     const { user } = await ownPost(request, id)
-    const bag = await storage.lookup('board', id, undefined, {}, request)
-    const ids = Object.entries(bag)
-      .filter(([k, v]) => k !== 'refDomain' && Array.isArray(v))
-      .flatMap(([, v]) => (v as Array<{ id: number }>).map((r) => r.id))
+    const bag = await storage.lookup('board', id, { request })
+    const ids = Object.entries(bag).flatMap(([k, v]) => (k === 'refDomain' || typeof v === 'string' ? [] : v.map((r) => r.id)))
     const count = await storage.remove(ids, accessOf(user, request))
     await db.deleteFrom('board').where('id', '=', Number(id)).execute()
     return json({ success: true, id: Number(id), count })
