@@ -34,6 +34,19 @@ export interface AttachmentRecord {
   store: string
   /** The physical file this record points at (several records may share one). */
   blobId: number
+  /**
+   * What the file is, learnt when it was kept: for an image its size as a browser shows it (EXIF
+   * orientation applied) and a ThumbHash placeholder; `null` for anything else, or while it is not known
+   * (a direct-to-cloud upload, an image sharp cannot read, records older than this column).
+   */
+  media: MediaInfo | null
+}
+
+/** The media of an image record: its displayed size and a ThumbHash placeholder (base64, at most 48 characters). */
+export interface MediaInfo {
+  width: number
+  height: number
+  placeholder: string
 }
 
 /** What the server adds when it answers a record. */

@@ -23,6 +23,8 @@ export const AttachmentViewAnswer = v.object({
   sort: v.number(),
   createdBy: v.nullable(UserIdAnswer),
   createdDt: v.string(),
+  /** An image's size as a browser shows it and its ThumbHash placeholder (base64); null for anything else or while not known. */
+  media: v.nullable(v.object({ width: v.number(), height: v.number(), placeholder: v.pipe(v.string(), v.maxLength(48)) })),
   /** The binary group's view route (signed when guarded), or the CDN address. */
   url: v.string(),
   /** The CDN address, when `url` is one. */

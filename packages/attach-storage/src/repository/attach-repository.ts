@@ -190,6 +190,7 @@ export class AttachRepository {
       created_dt: blob.createdDt,
       updated_dt: new Date().toISOString(),
       tmp_name: blob.tmpName ?? null,
+      media: blob.media ? JSON.stringify(blob.media) : null,
     }
     return this.#transaction(async (trx) => {
       if (this.#dialect === 'mysql') {

@@ -39,6 +39,8 @@ export interface AttachBlobTable {
    * after a crash finds this blob wherever it was placed; null for blobs not made from a temporary file.
    */
   tmp_name: ColumnType<string | null, string | null | undefined, string | null>
+  /** The file's media as JSON (model.ts MediaInfo), null when none or not known (migration 0005). */
+  media: ColumnType<string | null, string | null | undefined, string | null>
 }
 
 /** Kysely typing of `attach_file`, the attachment record. */
@@ -64,6 +66,8 @@ export interface AttachFileTable {
   sha256: string
   store: string
   blob_id: ColumnType<DbInteger, number, never>
+  /** Its blob's `media`, copied when the record is made (migration 0005). */
+  media: ColumnType<string | null, string | null | undefined, string | null>
 }
 
 /**

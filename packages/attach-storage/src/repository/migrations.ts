@@ -255,6 +255,25 @@ const pendingTable: Migration = {
 }
 
 /**
+ * `media` (JSON text, nullable) on `attach_blob`, where it belongs to the bytes, and on `attach_file`,
+ * which copies its blob's file facts (type, size, sha256) so that a lookup reads one table and no file.
+ * Rows from before stay null ("not known"). Idempotent: a column already there is left alone.
+ */
+const mediaColumn: Migration = {
+  async up(db: Kysely<any>): Promise<void> {
+    const tables = await db.introspection.getTables()
+    for (const name of [BLOB_TABLE, FILE_TABLE]) {
+      if (tables.find((t) => t.name === name)?.columns.some((c) => c.name === 'media')) continue
+      await db.schema.alterTable(name).addColumn('media', 'text').execute()
+    }
+  },
+
+  async down(db: Kysely<any>): Promise<void> {
+    for (const name of [FILE_TABLE, BLOB_TABLE]) await db.schema.alterTable(name).dropColumn('media').execute()
+  },
+}
+
+/**
  * The attach-storage migrations, in order. Names never change once released. Run them with
  * {@link migrateAttachSchema}, never inside a host's migration table.
  */
@@ -263,6 +282,7 @@ export const attachMigrations: Readonly<Record<string, Migration>> = {
   '0002_blob_tmp_name': blobTmpName,
   '0003_variant_table': variantTable,
   '0004_pending_table': pendingTable,
+  '0005_media': mediaColumn,
 }
 
 const provider: MigrationProvider = {

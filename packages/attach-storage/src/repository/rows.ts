@@ -1,7 +1,7 @@
 import type { Kysely, Selectable, Transaction } from 'kysely'
 import { badRequest } from '../errors.js'
 import type { ListProvider, ListRequest } from '../list/list-query.js'
-import type { AttachmentRecord, BlobRecord, UserId } from '../model.js'
+import type { AttachmentRecord, BlobRecord, MediaInfo, UserId } from '../model.js'
 import { type AttachBlobTable, type AttachDatabase, type AttachFileTable, BLOB_TABLE, type DbInteger } from './database.js'
 
 /*
@@ -28,6 +28,8 @@ export interface NewBlob {
    * a crash finds this blob; omitted for other blobs.
    */
   tmpName?: string | null
+  /** The file's media (an image's size and placeholder); null or omitted when none or not known. */
+  media?: MediaInfo | null
 }
 
 /** The record-specific part of a new attachment record; the file part is copied from its blob. */
@@ -120,6 +122,7 @@ export function recordRow(rec: NewRecord, blob: BlobRow) {
     sha256: blob.sha256,
     store: blob.store,
     blob_id: toNumber(blob.id),
+    media: blob.media ?? null,
   }
 }
 
@@ -167,6 +170,18 @@ export function mapRecord(r: FileRow): AttachmentRecord {
     sha256: r.sha256.trimEnd(),
     store: r.store,
     blobId: toNumber(r.blob_id),
+    media: parseMedia(r.media),
+  }
+}
+
+/** The `media` column read back: the stored JSON, or null (none, not known, or not an object). */
+export function parseMedia(value: string | null | undefined): MediaInfo | null {
+  if (!value) return null
+  try {
+    const media = JSON.parse(value) as unknown
+    return typeof media === 'object' && media !== null ? (media as MediaInfo) : null
+  } catch {
+    return null
   }
 }
 

@@ -456,6 +456,7 @@ async function commitEntry(ctx: ServiceContext, entry: unknown, at: EntryPlace):
       sha256: meta.sha256,
       createdDt,
       tmpName: savedName,
+      media: meta.media ?? null,
     }
     const reserved =
       existing ??

@@ -198,6 +198,7 @@ async function commitTemporary(ctx: ServiceContext, t: TemporaryEntry, work: Tra
     sha256: meta.sha256,
     createdDt,
     tmpName: savedName,
+    media: meta.media ?? null,
   })
   const rec = await ctx.repo.createRecord(
     blob.id,

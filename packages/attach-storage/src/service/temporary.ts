@@ -1,6 +1,7 @@
 /** The temporary area: its keys and the sidecar that makes a temporary file savable. */
 import { AttachStorageError } from '../errors.js'
 import { SNIFF_BYTES } from '../media/sniff.js'
+import type { MediaInfo } from '../model.js'
 import { readAll, readSmallObject } from '../stores/read-all.js'
 import type { Store } from '../stores/store.js'
 import type { ServiceContext } from './context.js'
@@ -31,6 +32,11 @@ export interface TmpMeta {
   refCategory: string
   createdBy: string | number | null
   createdDt: string
+  /**
+   * The file's media (an image's size and placeholder), learnt from the final temporary bytes when the
+   * upload was kept; copied to the blob on commit. Absent or null: none, or not known (direct-to-cloud).
+   */
+  media?: MediaInfo | null
   /**
    * A direct-to-cloud upload not verified yet: the client's declared size, when its write address
    * expires, and the store it writes to (`_up/{name}` there). `size` is then the declared size, `type` and `sha256` are empty until the commit verifies

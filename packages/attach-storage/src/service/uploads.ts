@@ -2,6 +2,7 @@
 import type { Readable } from 'node:stream'
 import { badRequest } from '../errors.js'
 import type { FileProbe, FilterVerdict } from '../filters/filters.js'
+import { analyseStored } from '../media/analyse.js'
 import { extensionOf, sniffType } from '../media/sniff.js'
 import type { RegisteredCategory } from '../registry/registry.js'
 import { renameAcross } from '../stores/local-store.js'
@@ -204,6 +205,8 @@ export async function keepTemporary(
     refCategory,
     createdBy: access.user?.id ?? null,
     createdDt: ctx.now().toISOString(),
+    // Learnt from the final temporary bytes (after any stripping above); never fails the upload.
+    media: await analyseStored(ctx.stores.tmpStore, tmpKey(f.name), type, f.size, ctx.config.resize),
   }
   await ctx.stores.tmpStore.put(tmpMetaKey(f.name), Buffer.from(JSON.stringify(meta)), { contentType: 'application/json' })
   ctx.events.emit('uploaded', {
