@@ -35,6 +35,11 @@ export interface AttachmentRecord {
   /** The physical file this record points at (several records may share one). */
   blobId: number
   /**
+   * The image's focal point, 0..1 from the top left, that cover crops (`fit=cover`) keep inside their box;
+   * set through PUT (`null` clears it). Absent when none is set.
+   */
+  focus?: { x: number; y: number } | null
+  /**
    * What the file is, learnt when it was kept: for an image its size as a browser shows it (EXIF
    * orientation applied) and a ThumbHash placeholder; `null` for anything else, or while it is not known
    * (a direct-to-cloud upload, an image sharp cannot read, records older than this column).

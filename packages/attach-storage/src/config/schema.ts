@@ -81,8 +81,11 @@ export const NamedVariantsSchema = v.pipe(
         w: v.optional(v.pipe(v.number(), v.integer(), v.minValue(1), v.maxValue(4096))),
         h: v.optional(v.pipe(v.number(), v.integer(), v.minValue(1), v.maxValue(4096))),
         format: v.optional(v.picklist(['webp', 'avif', 'jpeg', 'png'], 'must be one of webp, avif, jpeg, png')),
+        /** `cover`: the exact box (both `w` and `h`), cropped around the record's focus. @default 'inside' */
+        fit: v.optional(v.picklist(['cover', 'inside'], 'must be cover or inside')),
       }),
       v.check((x) => x.w !== undefined || x.h !== undefined, 'a variant needs w or h'),
+      v.check((x) => x.fit !== 'cover' || (x.w !== undefined && x.h !== undefined), 'a cover variant needs both w and h'),
     ),
   ),
   v.check((x) => Object.keys(x).length <= MAX_NAMED_VARIANTS, `at most ${MAX_NAMED_VARIANTS} named variants per category`),

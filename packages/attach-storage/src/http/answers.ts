@@ -31,6 +31,8 @@ export const AttachmentViewAnswer = v.object({
   cdnUrl: v.optional(v.string()),
   /** The named variants made so far, name to address; present when the category names variants. */
   variants: v.optional(v.record(v.string(), v.string())),
+  /** An image's focal point for cover crops (0..1 from the top left); absent or null when none is set. */
+  focus: v.optional(v.nullable(v.object({ x: v.number(), y: v.number() }))),
 })
 
 /** `{code, message}` of a refused item of an upload. */

@@ -416,7 +416,7 @@ const ROUTE_DOCS: Record<string, RouteDoc> = {
     responses: { 200: { description: 'How many were deleted', json: CountAnswer } },
   },
   'PUT attach/': {
-    summary: 'Change records’ metadata (displayName, ext, fmetaValue, sort)',
+    summary: 'Change records’ metadata (displayName, ext, fmetaValue, sort, focus)',
     responses: { 200: { description: 'How many were changed', json: CountAnswer } },
   },
   'POST attach/:refDomain/:refKey': {

@@ -32,6 +32,16 @@ export interface ResizeRequest {
    * category. A named variant is always stored, whatever `maxVariants` says.
    */
   variant?: string
+  /**
+   * `cover`: the exact `w`×`h` box, cropped (both sides set); undefined: fit inside the box, never
+   * upscaled (the original behaviour).
+   */
+  fit?: 'cover'
+  /**
+   * The record's focal point (0..1 from the top left) a cover crop keeps inside the box, as central as the
+   * picture allows; undefined: sharp's attention strategy picks the busiest region.
+   */
+  focus?: { x: number; y: number }
 }
 
 /** True when the resizer reads this media type. */
@@ -44,9 +54,46 @@ export function variantType(originalType: string, r: ResizeRequest): string {
   return r.format ? FORMATS[r.format] : originalType
 }
 
-/** The variant's store key: beside the original, `{savedDir}_v/{id}/{w}x{h}[.{format}]`. */
+/**
+ * What tells one variant of an original from another: `{w}x{h}[.{format}]`, and for a cover crop
+ * `{w}x{h}c[@{x},{y}][.{format}]` (the focus in it, so a changed focus makes and serves a new crop).
+ */
+export function variantSegment(r: ResizeRequest): string {
+  const cover = r.fit === 'cover' ? `c${r.focus ? `@${r.focus.x},${r.focus.y}` : ''}` : ''
+  return `${r.w ?? 0}x${r.h ?? 0}${cover}${r.format ? `.${r.format}` : ''}`
+}
+
+/** The request with a record's focus, when it is a cover crop and the record has one. */
+export function withFocus(r: ResizeRequest, focus: { x: number; y: number } | null | undefined): ResizeRequest {
+  return r.fit === 'cover' && focus ? { ...r, focus: { x: focus.x, y: focus.y } } : r
+}
+
+/** The variant's store key: beside the original, `{savedDir}_v/{id}/{variantSegment}` (see {@link variantSegment}). */
 export function variantKey(originalDirKey: string, id: number, r: ResizeRequest): string {
-  return `${originalDirKey}_v/${id}/${r.w ?? 0}x${r.h ?? 0}${r.format ? `.${r.format}` : ''}`
+  return `${originalDirKey}_v/${id}/${variantSegment(r)}`
+}
+
+/**
+ * The crop of a cover box around a focus: the image resized to cover `w`×`h` (`rw`×`rh`), and the box's
+ * top left there, the focus as central as the picture allows (clamped to its edges).
+ */
+export function coverCrop(
+  width: number,
+  height: number,
+  w: number,
+  h: number,
+  focus: { x: number; y: number },
+): { rw: number; rh: number; left: number; top: number } {
+  const scale = Math.max(w / width, h / height)
+  const rw = Math.max(w, Math.round(width * scale))
+  const rh = Math.max(h, Math.round(height * scale))
+  const clamp = (n: number, max: number) => Math.min(Math.max(n, 0), max)
+  return {
+    rw,
+    rh,
+    left: clamp(Math.round(focus.x * rw - w / 2), rw - w),
+    top: clamp(Math.round(focus.y * rh - h / 2), rh - h),
+  }
 }
 
 /** The folder of every variant of one record. */
@@ -168,7 +215,8 @@ interface Kept {
 
 /**
  * Makes resized variants through the attachment's own store: read the original, apply EXIF orientation,
- * fit inside the box without distortion and never upscale, write the variant atomically, and only then
+ * fit inside the box without distortion and never upscale (or, `fit: 'cover'`, fill the exact box and crop
+ * around the focus, or the busiest region without one), write the variant atomically, and only then
  * serve it. Identical requests that arrive together share one generation. Images the decoder refuses
  * (corrupt, truncated, too many pixels) are remembered and served as their original.
  *
@@ -413,15 +461,21 @@ export class Resizer {
       const height = swap ? meta.width : meta.height
       if (!width || !height) throw new Error('the image has no dimensions')
       if (width * height > this.#options.maxInputPixels) throw new Error(`the image has more than ${this.#options.maxInputPixels} pixels`)
-      const fits = (r.w === undefined || width <= r.w) && (r.h === undefined || height <= r.h)
+      const cover = r.fit === 'cover' && r.w !== undefined && r.h !== undefined
+      // A cover box is exact: only an original of that very size needs nothing done.
+      const fits = cover ? width === r.w && height === r.h : (r.w === undefined || width <= r.w) && (r.h === undefined || height <= r.h)
       if (fits && !r.format) {
         this.#remember(`${store.name}\u0000${key}`)
         return undefined
       }
       if (!path) path = spool = await spoolToFile(await store.get(originalKey), this.#options.spoolDir)
-      const pipeline = sharp(path, { ...limits, failOn: 'error', sequentialRead: true })
-        .rotate()
-        .resize({ width: r.w, height: r.h, fit: 'inside', withoutEnlargement: true })
+      const pipeline = sharp(path, { ...limits, failOn: 'error', sequentialRead: true }).rotate()
+      if (!cover) pipeline.resize({ width: r.w, height: r.h, fit: 'inside', withoutEnlargement: true })
+      else if (!r.focus) pipeline.resize({ width: r.w, height: r.h, fit: 'cover', position: sharp.strategy.attention })
+      else {
+        const c = coverCrop(width, height, r.w!, r.h!, r.focus)
+        pipeline.resize({ width: c.rw, height: c.rh, fit: 'fill' }).extract({ left: c.left, top: c.top, width: r.w!, height: r.h! })
+      }
       if (r.format) pipeline.toFormat(r.format, r.format === 'avif' ? { effort: 2 } : {})
       // A variant is at most 4096×4096: made in memory, written whole (atomically), then served from here.
       const bytes = await pipeline.toBuffer()

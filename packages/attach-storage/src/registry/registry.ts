@@ -29,6 +29,8 @@ export interface NamedVariant {
   w?: number
   h?: number
   format?: 'webp' | 'avif' | 'jpeg' | 'png'
+  /** `cover`: the exact `w`×`h` box, cropped around the record's focus; `inside` (the default): within it. */
+  fit?: 'cover' | 'inside'
 }
 
 /** A domain as registered. */

@@ -434,8 +434,17 @@ export class AttachRepository {
    * @throws AttachStorageError `bad-request` (400) when a value has the wrong type; nothing is written
    */
   async updateMetadata(updates: MetadataUpdate[]): Promise<number> {
-    const planned: Array<{ id: number; set: { display_name?: string; ext?: string | null; fmeta_value?: string | null; sort?: number } }> =
-      []
+    const planned: Array<{
+      id: number
+      set: {
+        display_name?: string
+        ext?: string | null
+        fmeta_value?: string | null
+        sort?: number
+        focus_x?: number | null
+        focus_y?: number | null
+      }
+    }> = []
     for (const u of updates) {
       if (!isId(u.id)) throw badRequest(`Invalid attachment id ${JSON.stringify(u.id)}`)
       const set: (typeof planned)[number]['set'] = {}
@@ -454,6 +463,10 @@ export class AttachRepository {
       if (u.sort !== undefined) {
         assertSort(u.sort)
         set.sort = u.sort
+      }
+      if (u.focus !== undefined) {
+        set.focus_x = u.focus?.x ?? null
+        set.focus_y = u.focus?.y ?? null
       }
       if (Object.keys(set).length > 0) planned.push({ id: u.id, set })
     }

@@ -66,6 +66,9 @@ export interface AttachFileTable {
   sha256: string
   store: string
   blob_id: ColumnType<DbInteger, number, never>
+  /** The focal point (0..1 from the top left; both or neither), migration 0006. */
+  focus_x: ColumnType<number | null, number | null | undefined, number | null>
+  focus_y: ColumnType<number | null, number | null | undefined, number | null>
   /** Its blob's `media`, copied when the record is made (migration 0005). */
   media: ColumnType<string | null, string | null | undefined, string | null>
 }

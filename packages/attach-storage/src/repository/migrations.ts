@@ -274,6 +274,24 @@ const mediaColumn: Migration = {
 }
 
 /**
+ * `attach_file.focus_x` / `focus_y`: a record's focal point (0..1 from the top left; both or neither) that
+ * cover crops keep inside their box. Idempotent like the others.
+ */
+const focusColumns: Migration = {
+  async up(db: Kysely<any>): Promise<void> {
+    const file = (await db.introspection.getTables()).find((t) => t.name === FILE_TABLE)
+    for (const column of ['focus_x', 'focus_y']) {
+      if (file?.columns.some((c) => c.name === column)) continue
+      await db.schema.alterTable(FILE_TABLE).addColumn(column, 'double precision').execute()
+    }
+  },
+
+  async down(db: Kysely<any>): Promise<void> {
+    for (const column of ['focus_x', 'focus_y']) await db.schema.alterTable(FILE_TABLE).dropColumn(column).execute()
+  },
+}
+
+/**
  * The attach-storage migrations, in order. Names never change once released. Run them with
  * {@link migrateAttachSchema}, never inside a host's migration table.
  */
@@ -283,6 +301,7 @@ export const attachMigrations: Readonly<Record<string, Migration>> = {
   '0003_variant_table': variantTable,
   '0004_pending_table': pendingTable,
   '0005_media': mediaColumn,
+  '0006_focus': focusColumns,
 }
 
 const provider: MigrationProvider = {

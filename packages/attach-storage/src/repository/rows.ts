@@ -59,6 +59,8 @@ export interface MetadataUpdate {
   ext?: string | null
   fmetaValue?: string | null
   sort?: number
+  /** The focal point, 0..1 from the top left; `null` clears it. */
+  focus?: { x: number; y: number } | null
 }
 
 /** The search whitelist and order of the conditional attachment list (the list convention over `attach_file`). */
@@ -170,6 +172,7 @@ export function mapRecord(r: FileRow): AttachmentRecord {
     sha256: r.sha256.trimEnd(),
     store: r.store,
     blobId: toNumber(r.blob_id),
+    ...(r.focus_x != null && r.focus_y != null ? { focus: { x: Number(r.focus_x), y: Number(r.focus_y) } } : {}),
     media: parseMedia(r.media),
   }
 }

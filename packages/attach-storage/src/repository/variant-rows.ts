@@ -17,8 +17,8 @@ export interface VariantRow {
 const IN_CHUNK = 500
 
 /** A named variant's box and format as one word, `{w}x{h}[.{format}]` (0: no bound): what its row remembers. */
-export function variantSpec(v: { w?: number; h?: number; format?: string }): string {
-  return `${v.w ?? 0}x${v.h ?? 0}${v.format ? `.${v.format}` : ''}`
+export function variantSpec(v: { w?: number; h?: number; format?: string; fit?: string }): string {
+  return `${v.w ?? 0}x${v.h ?? 0}${v.fit === 'cover' ? 'c' : ''}${v.format ? `.${v.format}` : ''}`
 }
 
 /** Reads and writes `attach_variant` (SQLite, PostgreSQL, MySQL). */

@@ -1,7 +1,7 @@
 /** Lookups, counts, the conditional list, `direct-url`, metadata updates and permanent deletes. */
 import { badRequest, forbidden, notFound } from '../errors.js'
 import { LIST_HEADERS, type ListRequest, type ListResult, parseListRequest } from '../list/list-query.js'
-import { variantPrefix } from '../media/resize.js'
+import { isResizable, variantPrefix } from '../media/resize.js'
 import type { AttachmentRecord, AttachmentView } from '../model.js'
 import { ATTACHMENT_LIST, type MetadataUpdate } from '../repository/attach-repository.js'
 import { checkAccess, describeRecord, ownedRecords } from './access.js'
@@ -211,9 +211,9 @@ export function describe(ctx: ServiceContext): { cdnUrl: string | null; domains:
 }
 
 /**
- * PUT `/attach/`: updates `displayName`, `ext`, `fmetaValue` and `sort` of the listed records, all or
- * nothing, only when the caller may change every one of them. Other fields are never written; ids of
- * no live record are passed over.
+ * PUT `/attach/`: updates `displayName`, `ext`, `fmetaValue`, `sort` and `focus` of the listed records,
+ * all or nothing, only when the caller may change every one of them. Other fields are never written; ids
+ * of no live record are passed over. A focus (not `null`) on a record that is not an image answers 400.
  */
 export async function update(ctx: ServiceContext, items: MetadataUpdate[], access: AccessContext): Promise<number> {
   const records = await ownedRecords(
@@ -222,6 +222,11 @@ export async function update(ctx: ServiceContext, items: MetadataUpdate[], acces
     access,
   )
   const known = new Set(records.map((r) => r.id))
+  for (const r of records) {
+    if (!isResizable(r.fileType) && !/^image\/hei[cf]$/.test(r.fileType) && items.some((x) => x.id === r.id && x.focus)) {
+      throw badRequest(`focus: attachment ${r.id} is not an image (${r.fileType})`)
+    }
+  }
   return ctx.repo.updateMetadata(items.filter((x) => known.has(x.id)))
 }
 

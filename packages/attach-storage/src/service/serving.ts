@@ -7,7 +7,9 @@ import {
   type VariantOptions,
   variantKey,
   variantPrefix,
+  variantSegment,
   variantType,
+  withFocus,
 } from '../media/resize.js'
 import { sniffType } from '../media/sniff.js'
 import type { AttachmentRecord } from '../model.js'
@@ -75,11 +77,18 @@ export async function serveRecord(
   // A named variant's box is the category's own; any other box must be one of its `sizes`.
   if (resize?.variant !== undefined) resize = namedResize(category, resize.variant)
   else if (resize) checkAllowedSize(category.sizes, resize)
+  // A cover crop is the record's focus's: a changed focus is a new variant, and a view by id revalidates.
+  if (resize?.fit === 'cover') {
+    resize = withFocus(resize, r.focus)
+    cache = 'revalidate'
+  }
   if (resize && isResizable(r.fileType)) {
     const vkey = variantKey(storeKey(r.savedDir, ''), r.id, resize)
     // A variant's ETag is the original's hash and the box: a client that holds it gets its 304 before
     // anything is resized (or even looked for).
-    const etag = `${r.sha256}-${resize.w ?? 0}x${resize.h ?? 0}${resize.format ?? ''}`
+    const etag = resize.fit
+      ? `${r.sha256}-${variantSegment(resize)}`
+      : `${r.sha256}-${resize.w ?? 0}x${resize.h ?? 0}${resize.format ?? ''}`
     const lastModified = new Date(r.createdDt)
     if (notModified?.({ etag, lastModified, cache })) {
       const type = variantType(r.fileType, resize)

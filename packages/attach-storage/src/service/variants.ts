@@ -3,7 +3,7 @@
  * save of an image into it, made in the background, listed by the lookup and served with `?variant=`.
  */
 import { badRequest } from '../errors.js'
-import { isResizable, type ResizeRequest, type Variant, variantKey } from '../media/resize.js'
+import { isResizable, type ResizeRequest, type Variant, variantKey, withFocus } from '../media/resize.js'
 import type { AttachmentRecord } from '../model.js'
 import type { NamedVariant, RegisteredCategory } from '../registry/registry.js'
 import { variantSpec } from '../repository/variant-rows.js'
@@ -29,7 +29,7 @@ export function namedResize(category: RegisteredCategory, name: string): ResizeR
 
 /** The resize request that makes a named variant. */
 function resizeOfNamed(name: string, spec: NamedVariant): ResizeRequest {
-  return { w: spec.w, h: spec.h, format: spec.format, negotiated: false, variant: name }
+  return { w: spec.w, h: spec.h, format: spec.format, negotiated: false, variant: name, ...(spec.fit === 'cover' ? { fit: 'cover' } : {}) }
 }
 
 /** The named variants a record has: its category's, when it is an image; undefined otherwise. */
@@ -74,7 +74,7 @@ export async function makeNamedVariant(ctx: ServiceContext, job: VariantJob): Pr
   const made = await ctx.repo.variants.ofRecords([r.id])
   if (made.some((row) => row.name === job.name && row.spec === variantSpec(spec))) return 'exists'
   const store = ctx.store(r.store)
-  const resize = resizeOfNamed(job.name, spec)
+  const resize = withFocus(resizeOfNamed(job.name, spec), r.focus)
   const key = variantKey(storeKey(r.savedDir, ''), r.id, resize)
   const make = () => ctx.resizer.variant(store, storeKey(r.savedDir, r.savedName), key, r.fileType, resize, () => {}, { background: true })
   let variant = await make()

@@ -75,7 +75,12 @@ const LooseText = v.pipe(
   v.transform((x) => cleanText(x)),
 )
 
-/** The records' new metadata: `[{id, displayName?, ext?, fmetaValue?, sort?}]` (at most {@link RECORDS_MAX}), cleaned as stored. */
+const FOCUS = 'focus must be {x, y} with numbers from 0 to 1 (from the top left), or null'
+
+/** A focus coordinate: a number from 0 to 1. */
+const Unit = v.pipe(v.number(FOCUS), v.minValue(0, FOCUS), v.maxValue(1, FOCUS))
+
+/** The records' new metadata: `[{id, displayName?, ext?, fmetaValue?, sort?, focus?}]` (at most {@link RECORDS_MAX}), cleaned as stored. */
 const MetadataList = boundedArray(
   v.object({
     id: PositiveIdSchema,
@@ -89,6 +94,8 @@ const MetadataList = boundedArray(
     ext: v.optional(LooseText),
     fmetaValue: v.optional(LooseText),
     sort: v.optional(LooseIntegerSchema('sort must be a non-negative integer', 0)),
+    /** An image's focal point for cover crops (0..1 from the top left); `null` clears it. */
+    focus: v.optional(v.nullable(v.strictObject({ x: Unit, y: Unit }, FOCUS))),
   }),
   RECORDS_MAX,
   `The body must be an array of attachment records (at most ${RECORDS_MAX})`,

@@ -90,6 +90,10 @@ export const ResizeQuerySchema = v.object({
   w: dimension,
   h: dimension,
   format: v.optional(v.picklist(['webp', 'avif', 'jpeg', 'png', 'auto', ''], 'must be one of webp, avif, jpeg, png, auto')),
+  /** `cover`: the exact `w`×`h` box (both needed), cropped around the record's focus; `inside` (the default): fit within it. */
+  fit: v.optional(v.picklist(['cover', 'inside', ''], 'must be cover or inside')),
+  /** How a cover crop without a focus picks its region: `attention` (the default, the busiest region). */
+  crop: v.optional(v.picklist(['attention', ''], 'must be attention')),
   /** One of the category's named variants (`thumb`); not with `w`, `h` or `format`. */
   variant: v.optional(v.pipe(v.string(), v.regex(/^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$/, 'must be a variant name'))),
 })

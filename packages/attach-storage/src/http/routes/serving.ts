@@ -22,18 +22,25 @@ const Part = v.pipe(v.string(), v.maxLength(SEGMENT_MAX))
 
 /** The resize request of a view's query; `format=auto` picks AVIF or WebP from `Accept` (answers vary by it). */
 export function resizeOf(q: v.InferOutput<typeof ResizeQuerySchema>, accept: string | null): ResizeRequest | undefined {
+  const cover = q.fit === 'cover'
   if (q.variant !== undefined) {
-    if (q.w !== undefined || q.h !== undefined || (q.format !== undefined && q.format !== '')) {
-      throw badRequest('query.variant: a named variant takes no w, h or format')
+    if (q.w !== undefined || q.h !== undefined || (q.format !== undefined && q.format !== '') || q.fit || q.crop) {
+      throw badRequest('query.variant: a named variant takes no w, h, format, fit or crop')
     }
     // Resolved against the record's category once it is known (service/variants.ts).
     return { w: undefined, h: undefined, format: undefined, negotiated: false, variant: q.variant }
   }
+  if (cover && (q.w === undefined || q.h === undefined)) {
+    throw badRequest(`query.${q.w === undefined ? 'w' : 'h'}: fit=cover needs both w and h`)
+  }
+  if (q.crop && !cover) throw badRequest('query.crop: crop=attention goes with fit=cover')
   if (q.w === undefined && q.h === undefined) return undefined
-  if (q.format !== 'auto') return { w: q.w, h: q.h, format: q.format || undefined, negotiated: false }
+  // The record's focus is added once the record is known (service/serving.ts).
+  const fit = cover ? ({ fit: 'cover' } as const) : {}
+  if (q.format !== 'auto') return { w: q.w, h: q.h, format: q.format || undefined, negotiated: false, ...fit }
   const a = (accept ?? '').toLowerCase()
   const format = a.includes('image/avif') ? 'avif' : a.includes('image/webp') ? 'webp' : undefined
-  return { w: q.w, h: q.h, format, negotiated: true }
+  return { w: q.w, h: q.h, format, negotiated: true, ...fit }
 }
 
 /** The request's conditional headers as the use case asks them (a variant's 304 comes before any resize). */
