@@ -127,6 +127,12 @@ const CategorySchema = v.object({
    * @default false
    */
   allowRedirect: v.optional(v.boolean(), false),
+  /**
+   * Stored JPEG, PNG and WebP originals lose their EXIF, XMP and IPTC blocks (GPS included; the ICC
+   * profile stays) and are turned upright by their EXIF orientation (docs/security.md).
+   * @default true
+   */
+  stripMetadata: v.optional(v.boolean(), true),
 })
 
 const DomainSchema = v.object({

@@ -22,6 +22,8 @@ export interface RegisteredCategory {
   allowRedirect: boolean
   /** Named variants, made in the background after each save (empty: none). */
   variants: ReadonlyMap<string, NamedVariant>
+  /** Stored JPEG, PNG and WebP originals lose their EXIF, XMP and IPTC (false: kept as uploaded). */
+  stripMetadata: boolean
 }
 
 /** A named variant of a category: its box and output format (undefined: the original's). */
@@ -53,6 +55,8 @@ export interface CategoryOptions {
   allowRedirect?: boolean
   /** Named variants made in the background after each save (see docs/variants.md). */
   variants?: Record<string, NamedVariant>
+  /** Remove EXIF, XMP and IPTC from stored JPEG, PNG and WebP originals (default true). */
+  stripMetadata?: boolean
 }
 
 /** What a domain is registered with. */
@@ -66,7 +70,7 @@ export interface DomainOptions {
 const NAME = /^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$/
 
 /** The options `registerCategory()` and `registerDomain()` know; any other key is refused. */
-const CATEGORY_KEYS = ['filters', 'secureAccess', 'sizes', 'allowRedirect', 'variants']
+const CATEGORY_KEYS = ['filters', 'secureAccess', 'sizes', 'allowRedirect', 'variants', 'stripMetadata']
 const DOMAIN_KEYS = ['store', 'dateField', 'mayChange']
 
 /** Refuses the first option key not in `known` (`config-invalid`), with the nearest known name. */
@@ -153,6 +157,7 @@ export class Registry {
         secureAccess: undefined,
         sizes: undefined,
         allowRedirect: false,
+        stripMetadata: true,
         variants: new Map(),
       })
     }
@@ -186,6 +191,7 @@ export class Registry {
       sizes: options.sizes,
       allowRedirect: options.allowRedirect === true,
       variants: namedVariants(`${domainName}.${name}`, options.variants),
+      stripMetadata: options.stripMetadata !== false,
     }
     domain.categories.set(name, category)
     return category

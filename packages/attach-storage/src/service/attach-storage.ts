@@ -253,6 +253,7 @@ export class AttachStorage {
           sizes: c.sizes,
           allowRedirect: c.allowRedirect,
           variants: c.variants,
+          stripMetadata: c.stripMetadata,
         })
       }
     }

@@ -12,6 +12,7 @@ import { ingest } from './ingest.js'
 import { directSavedDir, generateSavedName, storeKey } from './layout.js'
 import { cleanDisplayName } from './names.js'
 import { admitUpload, releaseUploads, reserveUpload } from './quota.js'
+import { stripReceived } from './strip-kept.js'
 import { tmpKey, type TmpMeta, tmpMetaKey } from './temporary.js'
 import type { AccessContext, DirectItem, ReceivedFile, TemporaryItem } from './types.js'
 import { directFileUrl, editorUrl } from './urls.js'
@@ -187,6 +188,12 @@ export async function keepTemporary(
   const checked = await screen(ctx, f, category, requestFilters)
   if ('error' in checked) return checked
   const { type } = checked
+  // Stored JPEG, PNG and WebP lose their EXIF, XMP and IPTC; f's size and sha256 become the stored bytes'.
+  const stripError = await stripReceived(ctx, f, category, type)
+  if (stripError) {
+    await discardReceived(ctx, [f])
+    return { displayName: f.displayName, size: f.size, error: stripError }
+  }
   // Counted against the user's quota until it is committed, deleted or expires (a completed tus upload's
   // reservation becomes this one); past the quota the file goes and the request answers 413.
   try {
