@@ -15,5 +15,6 @@ export {
   type TemporaryFile,
   type UploadOptions,
 } from './client.js'
+export { placeholderDataUrl, type WithMedia } from './placeholder.js'
 export { AttachContainerBuilder, limiter, mergeContainers, type AttachContainer, type ListedFile } from './container.js'
 export type { AttachBag, AttachBagEntry, AttachmentView, SaveFailure } from 'attach-storage'
