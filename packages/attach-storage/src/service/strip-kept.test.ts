@@ -73,6 +73,23 @@ describe('metadata stripping through the HTTP handler', () => {
     expect([meta.width, meta.exif, meta.xmp, meta.iptc]).toEqual([16, undefined, undefined, undefined])
   })
 
+  it('a direct upload is stripped too (its size is the stored bytes)', async () => {
+    const original = await canvas(64, 32).jpeg().withExif(GPS).withXmp(XMP).toBuffer()
+    const res = await kit.upload('/api/storage/attach/direct', [
+      ['refDomain', 'demo'],
+      ['refCategory', 'image'],
+      ['file', blob(original), 'direct.jpg'],
+    ])
+    const item = (await res.json()).files[0]
+    const path = (await kit.files()).find((f) => f.endsWith(item.name))!
+    const bytes = await readFile(join(kit.baseDir, path))
+    expect(item.size).toBe(bytes.length)
+    expect(bytes.length).toBeLessThan(original.length)
+    const meta = await sharp(bytes).metadata()
+    expect([meta.exif, meta.xmp]).toEqual([undefined, undefined])
+    expect((await pixels(bytes)).equals(await pixels(original))).toBe(true)
+  })
+
   it('a JPEG whose segment runs past the end: the item fails with code corrupt, nothing is kept', async () => {
     const plain = await canvas(16, 16).jpeg().toBuffer()
     const broken = Buffer.concat([plain.subarray(0, 2), Buffer.from([0xff, 0xe1, 0xff, 0xff]), Buffer.from('Exif\0\0MM\0\x2a')])

@@ -272,6 +272,12 @@ export async function completeDirectUpload(
         continue
       }
       const { type } = checked
+      const stripError = await stripReceived(ctx, f, category, type)
+      if (stripError) {
+        items.push({ displayName: f.displayName, size: f.size, error: stripError })
+        await discardReceived(ctx, [f])
+        continue
+      }
       const key = storeKey(savedDir, f.name)
       await transfer(ctx.stores.tmpStore, tmpKey(f.name), store, key, type)
       done.push({ store, key })
