@@ -19,6 +19,7 @@ describe('metadata stripping through the HTTP handler', () => {
   beforeAll(async () => {
     kit = await makeKit('sqlite', {
       config: {
+        resumable: { enabled: true },
         domains: {
           demo: { categories: { default: {}, image: { filters: ['image'] }, keep: { stripMetadata: false } } },
         },
@@ -85,6 +86,37 @@ describe('metadata stripping through the HTTP handler', () => {
     const bytes = await readFile(join(kit.baseDir, path))
     expect(item.size).toBe(bytes.length)
     expect(bytes.length).toBeLessThan(original.length)
+    const meta = await sharp(bytes).metadata()
+    expect([meta.exif, meta.xmp]).toEqual([undefined, undefined])
+    expect((await pixels(bytes)).equals(await pixels(original))).toBe(true)
+  })
+
+  it('a tus upload is stripped when it completes; the committed record is the stored bytes', async () => {
+    const original = await canvas(64, 32).jpeg().withExif(GPS).withXmp(XMP).toBuffer()
+    const b64 = (x: string) => Buffer.from(x).toString('base64')
+    const tus = { 'tus-resumable': '1.0.0' }
+    const created = await kit.call('/api/storage/attach/tus', {
+      method: 'POST',
+      headers: {
+        ...tus,
+        'upload-length': String(original.length),
+        'upload-metadata': `filename ${b64('tus.jpg')},refDomain ${b64('demo')},refCategory ${b64('image')}`,
+      },
+    })
+    expect(created.status).toBe(201)
+    const location = created.headers.get('location')!
+    const patched = await kit.call(location, {
+      method: 'PATCH',
+      headers: { ...tus, 'content-type': 'application/offset+octet-stream', 'upload-offset': '0' },
+      body: new Uint8Array(original),
+    })
+    expect(patched.status).toBe(204)
+    const saved = await kit.call('/api/storage/attach/demo/6', {
+      method: 'POST',
+      body: JSON.stringify({ image: [{ savedName: location.split('/').pop() }] }),
+    })
+    expect(saved.status).toBe(200)
+    const bytes = await stored((await saved.json()).attachList[0])
     const meta = await sharp(bytes).metadata()
     expect([meta.exif, meta.xmp]).toEqual([undefined, undefined])
     expect((await pixels(bytes)).equals(await pixels(original))).toBe(true)

@@ -43,7 +43,7 @@ export async function stripReceived(
     if (err instanceof StripError && !err.metadataSeen) return undefined
     if (err instanceof StripError)
       return { code: 'corrupt', message: `${f.displayName}: its metadata could not be removed (${err.message})` }
-    if (err instanceof Error && /Input image exceeds pixel limit|unsupported image format|corrupt|premature end/i.test(err.message)) {
+    if (err instanceof Error && /^(Input|Vips)|pixel limit|unsupported image format|corrupt|premature end/i.test(err.message)) {
       return { code: 'corrupt', message: `${f.displayName}: the picture could not be turned upright (${err.message})` }
     }
     throw err
