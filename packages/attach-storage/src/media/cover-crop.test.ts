@@ -102,7 +102,12 @@ describe('cover crops and the focal point (sqlite)', () => {
     expect(a.at(10, 50)).toEqual(GREEN)
     expect(a.at(90, 50)).toEqual(BLUE)
 
+    const crops = async () => (await kit.files()).filter((f) => f.includes(`_v/${rec.id}/`) && /\/\d+x\d+c/.test(f))
+    expect(await crops()).toEqual([expect.stringMatching(/\/100x100c@0\.9,0\.5$/)])
     await put([{ id: rec.id, focus: { x: 0.1, y: 0.5 } }])
+    // The crop of the old focus is deleted with the change; the inside-the-box size stays.
+    expect(await crops()).toEqual([])
+    expect((await kit.files()).some((f) => f.endsWith(`_v/${rec.id}/100x100`))).toBe(true)
     const left = await view('w=100&h=100&fit=cover')
     expect(left.headers.get('etag')).not.toBe(etagRight)
     const b = await picture(left)

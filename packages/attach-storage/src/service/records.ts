@@ -213,7 +213,8 @@ export function describe(ctx: ServiceContext): { cdnUrl: string | null; domains:
 /**
  * PUT `/attach/`: updates `displayName`, `ext`, `fmetaValue`, `sort` and `focus` of the listed records,
  * all or nothing, only when the caller may change every one of them. Other fields are never written; ids
- * of no live record are passed over. A focus (not `null`) on a record that is not an image answers 400.
+ * of no live record are passed over. A focus (not `null`) on a record that is not an image answers 400;
+ * a changed focus deletes the record's stored cover crops (made again around the new one on next view).
  */
 export async function update(ctx: ServiceContext, items: MetadataUpdate[], access: AccessContext): Promise<number> {
   const records = await ownedRecords(
@@ -227,7 +228,26 @@ export async function update(ctx: ServiceContext, items: MetadataUpdate[], acces
       throw badRequest(`focus: attachment ${r.id} is not an image (${r.fileType})`)
     }
   }
-  return ctx.repo.updateMetadata(items.filter((x) => known.has(x.id)))
+  const changed = await ctx.repo.updateMetadata(items.filter((x) => known.has(x.id)))
+  // Cover crops made for a focus a record no longer has are never served again: their files go.
+  const moved = records.filter((r) => items.some((x) => x.id === r.id && x.focus !== undefined && !sameFocus(x.focus, r.focus)))
+  for (const r of moved) await dropCoverCrops(ctx, r)
+  return changed
+}
+
+const sameFocus = (a: AttachmentRecord['focus'], b: AttachmentRecord['focus']): boolean =>
+  (a ?? null) === (b ?? null) || (!!a && !!b && a.x === b.x && a.y === b.y)
+
+/** Deletes a record's stored cover crops (`{w}x{h}c...` under `_v/{id}/`); the other sizes stay. */
+async function dropCoverCrops(ctx: ServiceContext, r: AttachmentRecord): Promise<void> {
+  try {
+    const store = ctx.store(r.store)
+    const prefix = variantPrefix(storeKey(r.savedDir, ''), r.id)
+    for await (const e of store.list(prefix)) if (/^\d+x\d+c/.test(e.key.slice(prefix.length))) await store.delete(e.key)
+    ctx.resizer.forget(store.name, prefix)
+  } catch (err) {
+    ctx.logger.warn(`attach-storage: deleting the cover crops of attachment ${r.id} failed`, err)
+  }
 }
 
 /** POST `/attach`: permanently deletes the listed records (and files no other record uses). */
