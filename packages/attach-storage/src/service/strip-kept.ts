@@ -1,11 +1,23 @@
 /** Stripping a received image's metadata in the temporary area, before it is kept (media/strip.ts). */
 import { Readable } from 'node:stream'
+import pLimit, { type LimitFunction } from 'p-limit'
 import { planStrip, reorient, STRIPPABLE_TYPES, StripError, stripStream } from '../media/strip.js'
 import type { RegisteredCategory } from '../registry/registry.js'
 import type { ServiceContext } from './context.js'
 import { ingest } from './ingest.js'
 import { tmpKey } from './temporary.js'
 import type { ReceivedFile } from './types.js'
+
+/** Re-encodes of oriented pictures at once, per `resize.concurrency` (the others wait their turn). */
+const limiters = new Map<number, LimitFunction>()
+const limiterOf = (concurrency: number): LimitFunction => {
+  let limit = limiters.get(concurrency)
+  if (!limit) {
+    limit = pLimit(concurrency)
+    limiters.set(concurrency, limit)
+  }
+  return limit
+}
 
 /**
  * Removes EXIF, XMP and IPTC from a received JPEG, PNG or WebP (its category's `stripMetadata`, on by
@@ -28,12 +40,21 @@ export async function stripReceived(
   try {
     const plan = await planStrip((await tmp.get(key)) as AsyncIterable<Buffer>, type)
     if (plan.removed === 0 && plan.orientation === 1) return undefined
-    const stripped =
-      plan.orientation === 1
-        ? Readable.from(stripStream((await tmp.get(key)) as AsyncIterable<Buffer>, type, plan), { objectMode: false })
-        : reorient(await tmp.get(key), type, ctx.config.resize.maxInputPixels)
     const staging = `${key}.strip`
-    const r = await ingest(tmp, staging, stripped, { contentType: type })
+    // A re-encode holds a decoded picture: at most resize.concurrency of them run at once.
+    const r =
+      plan.orientation === 1
+        ? await ingest(
+            tmp,
+            staging,
+            Readable.from(stripStream((await tmp.get(key)) as AsyncIterable<Buffer>, type, plan), { objectMode: false }),
+            {
+              contentType: type,
+            },
+          )
+        : await limiterOf(ctx.config.resize.concurrency)(async () =>
+            ingest(tmp, staging, reorient(await tmp.get(key), type, ctx.config.resize.maxInputPixels), { contentType: type }),
+          )
     await tmp.move(staging, key)
     f.size = r.size
     f.sha256 = r.sha256
