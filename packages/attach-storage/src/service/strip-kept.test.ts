@@ -3,6 +3,7 @@ import { readFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import sharp from 'sharp'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { parseAttachConfig } from '../config/schema.js'
 import { type Kit, makeKit, saveFile } from '../testing/handler-kit.js'
 
 const XMP = '<x:xmpmeta xmlns:x="adobe:ns:meta/"><rdf:RDF xmlns:rdf="http://www.w3.org/1999/02/22-rdf-syntax-ns#"/></x:xmpmeta>'
@@ -135,5 +136,17 @@ describe('metadata stripping through the HTTP handler', () => {
     expect(item.error.code).toBe('corrupt')
     expect(item.error.message).toMatch(/broken\.jpg: its metadata could not be removed/)
     expect((await kit.files(kit.tmpDir)).filter((f) => !f.includes('tus'))).toEqual([])
+  })
+})
+
+describe('strip-metadata in the configuration', () => {
+  it('is read from kebab-case (default true); a misspelt key is refused with the nearest name', () => {
+    const domains = { demo: { categories: { a: {}, b: { 'strip-metadata': false } } } }
+    const parsed = parseAttachConfig({ attach: { domains } })
+    expect(parsed.domains.demo!.categories.a!.stripMetadata).toBe(true)
+    expect(parsed.domains.demo!.categories.b!.stripMetadata).toBe(false)
+    expect(() => parseAttachConfig({ attach: { domains: { demo: { categories: { c: { 'strip-metdata': false } } } } } })).toThrow(
+      /strip-metadata/,
+    )
   })
 })
