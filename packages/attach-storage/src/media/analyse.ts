@@ -14,8 +14,11 @@ import type { Store } from '../stores/store.js'
 /** Types analysed (those the sniffer names and sharp reads). */
 const ANALYSED = new Set(['image/jpeg', 'image/png', 'image/webp', 'image/gif', 'image/avif', 'image/tiff'])
 
-/** Largest side of the resize a ThumbHash is made from (ThumbHash asks for at most 100 pixels). */
-const PLACEHOLDER_SIDE = 100
+/**
+ * Largest side of the resize a ThumbHash is made from (ThumbHash asks for at most 100 pixels). Its
+ * encoding runs on the event loop: at 64 pixels about 1 ms (100 pixels: about 2.5 ms, 80 ms cold).
+ */
+const PLACEHOLDER_SIDE = 64
 
 /** Longest placeholder kept (base64 characters). */
 export const MAX_PLACEHOLDER_CHARS = 48
@@ -54,7 +57,7 @@ export function isAnalysed(type: string): boolean {
 /**
  * The media of an image, from its bytes or a local path: `{width, height, placeholder}` with EXIF
  * orientation applied, or null (not an image sharp reads, corrupt, too many pixels, too slow, too busy).
- * The decoding and the resize run in sharp's threads; only the 100-pixel ThumbHash runs here.
+ * The decoding and the resize run in sharp's threads; only the 64-pixel ThumbHash runs here.
  */
 export async function analyseImage(input: string | Buffer, type: string, options: AnalyseOptions): Promise<MediaInfo | null> {
   if (!isAnalysed(type)) return null
