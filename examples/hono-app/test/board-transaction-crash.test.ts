@@ -10,11 +10,10 @@ import { mkdtemp, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { dirname, join, relative, sep } from 'node:path'
 import { fileURLToPath } from 'node:url'
-import { build } from 'esbuild'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createReferenceApp } from '../src/app.js'
 import { openTestDatabase } from '../../../test/databases.js'
-import { sign, walk } from './helpers.js'
+import { bundleServer, sign, walk } from './helpers.js'
 
 const here = dirname(fileURLToPath(import.meta.url))
 const SECRET = 'board-crash-test-secret-0123456789'
@@ -54,27 +53,7 @@ async function startChild(env: Record<string, string>) {
 describe('a board save killed with -9 inside its transaction', () => {
   const dirs: string[] = []
   beforeAll(async () => {
-    await build({
-      entryPoints: [join(here, '..', 'src', 'server.ts')],
-      bundle: true,
-      platform: 'node',
-      format: 'esm',
-      target: 'node20',
-      outfile: bundle,
-      conditions: ['@attach-storage/source'],
-      logLevel: 'error',
-      banner: { js: "import { createRequire as __createRequire } from 'node:module'; const require = __createRequire(import.meta.url);" },
-      plugins: [
-        {
-          name: 'workspace-only',
-          setup(b) {
-            b.onResolve({ filter: /^[^./]/ }, (a) =>
-              /^(attach-storage|@attach-storage\/)/.test(a.path) ? undefined : { path: a.path, external: true },
-            )
-          },
-        },
-      ],
-    })
+    await bundleServer(bundle)
   })
   afterAll(async () => {
     for (const d of dirs) await rm(d, { recursive: true, force: true })

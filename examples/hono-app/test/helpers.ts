@@ -3,12 +3,16 @@ import type { Dirent } from 'node:fs'
 import { mkdtemp, readdir, rm } from 'node:fs/promises'
 import type { AddressInfo } from 'node:net'
 import { tmpdir } from 'node:os'
-import { join } from 'node:path'
+import { dirname, join } from 'node:path'
+import { fileURLToPath } from 'node:url'
 import { serve, type ServerType } from '@hono/node-server'
 import { chromium } from 'playwright-core'
+import { build } from 'esbuild'
 import { SignJWT } from 'jose'
 import { openTestDatabase } from '../../../test/databases.js'
 import { createReferenceApp, type ReferenceApp } from '../src/app.js'
+
+const here = dirname(fileURLToPath(import.meta.url))
 
 export const SECRET = 'reference-server-test-secret-123'
 
@@ -81,5 +85,33 @@ export function launchChromium(profile: string, options: { viewport?: { width: n
       '--disable-sync',
     ],
     ...options,
+  })
+}
+
+/**
+ * The reference server (src/server.ts) bundled into one file with esbuild, workspace packages inlined
+ * from source and other packages left to node_modules: a child process restarts it in milliseconds.
+ */
+export async function bundleServer(outfile: string): Promise<void> {
+  await build({
+    entryPoints: [join(here, '..', 'src', 'server.ts')],
+    bundle: true,
+    platform: 'node',
+    format: 'esm',
+    target: 'node20',
+    outfile,
+    conditions: ['@attach-storage/source'],
+    logLevel: 'error',
+    banner: { js: "import { createRequire as __createRequire } from 'node:module'; const require = __createRequire(import.meta.url);" },
+    plugins: [
+      {
+        name: 'workspace-only',
+        setup(b) {
+          b.onResolve({ filter: /^[^./]/ }, (a) =>
+            /^(attach-storage|@attach-storage\/)/.test(a.path) ? undefined : { path: a.path, external: true },
+          )
+        },
+      },
+    ],
   })
 }

@@ -3,7 +3,7 @@ import { queueNamedVariants } from './variants.js'
 import { AttachStorageError, badRequest, forbidden, notFound } from '../errors.js'
 import { extensionOf } from '../media/sniff.js'
 import type { AttachmentRecord, AttachmentView, BlobRecord } from '../model.js'
-import type { NewRecord } from '../repository/attach-repository.js'
+import type { NewBlob, NewRecord } from '../repository/attach-repository.js'
 import type { RegisteredCategory } from '../registry/registry.js'
 import type { Store } from '../stores/store.js'
 import { mayChange, mayChangeEntity, mayRead, sameUser } from './access.js'
@@ -11,7 +11,7 @@ import type { ServiceContext } from './context.js'
 import { checkRefKey, parseRegularSavedDir, regularSavedDir, SAVED_NAME, storeKey } from './layout.js'
 import { cleanDisplayName, cleanText } from './names.js'
 import { deleteRecords } from './records.js'
-import { readHead, readTmpMeta, tmpKey, tmpMetaKey } from './temporary.js'
+import { readHead, readTmpMeta, type TmpMeta, tmpKey, tmpMetaKey } from './temporary.js'
 import { parseInput } from '../validation.js'
 import { AttachBagSchema, type AttachBagInput, checkEntryCount } from './bag.js'
 import { type AccessContext, accessOf, type AttachBagEntry, type SaveFailure } from './types.js'
@@ -360,8 +360,6 @@ export async function recordedEarlier(
  */
 async function commitEntry(ctx: ServiceContext, entry: unknown, at: EntryPlace): Promise<AttachmentRecord> {
   const e = entryOf(entry)
-  const ext = cleanText(e.ext)
-  const fmetaValue = cleanText(e.fmetaValue)
   if (typeof e.savedName !== 'string' || !SAVED_NAME.test(e.savedName)) {
     throw badRequest('savedName must be the name a temporary upload answered')
   }
@@ -447,17 +445,7 @@ async function commitEntry(ctx: ServiceContext, entry: unknown, at: EntryPlace):
     if (existing && !(await ctx.repo.touchPendingBlob(existing.id, savedName))) throw busy()
     // The intent is remembered before anything moves: the pending blob names the temporary file. It is
     // written under the file's claim: never while a host's transaction commits that file, nor after one did.
-    const newBlob = {
-      store: domain.store,
-      savedDir,
-      savedName,
-      fileSize: meta.size,
-      fileType: meta.type,
-      sha256: meta.sha256,
-      createdDt,
-      tmpName: savedName,
-      media: meta.media ?? null,
-    }
+    const newBlob = blobOf(meta, { store: domain.store, savedDir, savedName }, createdDt)
     const reserved =
       existing ??
       (await ctx.repo.whileClaimed(savedName, async (repo) =>
@@ -475,21 +463,7 @@ async function commitEntry(ctx: ServiceContext, entry: unknown, at: EntryPlace):
   if (!placed) await transfer(tmp, tmpFile, store, key, meta.type)
   await pause('moved')
   // A failure here leaves the file at its place under its pending blob: the retry records it.
-  const rec = await ctx.repo.createRecord(
-    blob.id,
-    {
-      refDomain: at.refDomain,
-      refKey: at.refKey,
-      refCategory: at.refCategory,
-      displayName: cleanDisplayName(e.displayName, meta.displayName),
-      ext,
-      fmetaValue,
-      sort: at.sort,
-      createdBy: uploader,
-      createdDt,
-    },
-    { requireLive: false, requirePending: true },
-  )
+  const rec = await ctx.repo.createRecord(blob.id, recordOf(at, e, meta, createdDt), { requireLive: false, requirePending: true })
   if (!rec) {
     // Another attempt recorded it first (its record is the answer), or the blob went meanwhile.
     const saved = await recordedBefore(uploader)
@@ -568,4 +542,32 @@ export async function commitAttachContainer(
   const date = dateOf(ctx, refDomain, input)
   const c = input.trx ? inTransaction(ctx, input.trx) : ctx
   return commitBag(c, { refDomain, refKey: input.refKey, bag }, { access: accessOf(input.user, input.request ?? null), date })
+}
+
+/** The blob row of a temporary file placed at `place` (a pending blob until its record is written). */
+export function blobOf(meta: TmpMeta, place: { store: string; savedDir: string; savedName: string }, createdDt: string): NewBlob {
+  return {
+    ...place,
+    fileSize: meta.size,
+    fileType: meta.type,
+    sha256: meta.sha256,
+    createdDt,
+    tmpName: meta.name,
+    media: meta.media ?? null,
+  }
+}
+
+/** The record an entry committing a temporary file makes: at its place and index, its uploader as createdBy. */
+export function recordOf(at: EntryPlace, e: AttachBagEntry, meta: TmpMeta, createdDt: string): NewRecord {
+  return {
+    refDomain: at.refDomain,
+    refKey: at.refKey,
+    refCategory: at.refCategory,
+    displayName: cleanDisplayName(e.displayName, meta.displayName),
+    ext: cleanText(e.ext),
+    fmetaValue: cleanText(e.fmetaValue),
+    sort: at.sort,
+    createdBy: meta.createdBy,
+    createdDt,
+  }
 }

@@ -22,11 +22,10 @@ import { LocalStore } from '../stores/local-store.js'
 import type { Store } from '../stores/store.js'
 import type { AttachBagInput } from './bag.js'
 import { type BagPlan, planBag, type TemporaryEntry } from './commit-check.js'
-import { bagViews, busyError, recordedEarlier } from './commit.js'
+import { bagViews, blobOf, busyError, recordedEarlier, recordOf } from './commit.js'
 import type { ServiceContext } from './context.js'
 import { dropBlob } from './housekeeping.js'
 import { regularSavedDir, storeKey } from './layout.js'
-import { cleanDisplayName, cleanText } from './names.js'
 import { dropVariants } from './records.js'
 import { readPlacements, rememberPlacement, tmpKey, tmpMetaKey, tmpPlacedKey } from './temporary.js'
 import type { AccessContext, AuthUser } from './types.js'
@@ -189,32 +188,8 @@ async function commitTemporary(ctx: ServiceContext, t: TemporaryEntry, work: Tra
   }
   await ctx.testPause?.('moved', at.access.request)
   const createdDt = ctx.now().toISOString()
-  const blob = await ctx.repo.reserveBlob({
-    store: domain.store,
-    savedDir,
-    savedName,
-    fileSize: meta.size,
-    fileType: meta.type,
-    sha256: meta.sha256,
-    createdDt,
-    tmpName: savedName,
-    media: meta.media ?? null,
-  })
-  const rec = await ctx.repo.createRecord(
-    blob.id,
-    {
-      refDomain: at.refDomain,
-      refKey: at.refKey,
-      refCategory: at.refCategory,
-      displayName: cleanDisplayName(e.displayName, meta.displayName),
-      ext: cleanText(e.ext),
-      fmetaValue: cleanText(e.fmetaValue),
-      sort: at.sort,
-      createdBy: meta.createdBy,
-      createdDt,
-    },
-    { requireLive: false, requirePending: true },
-  )
+  const blob = await ctx.repo.reserveBlob(blobOf(meta, { store: domain.store, savedDir, savedName }, createdDt))
+  const rec = await ctx.repo.createRecord(blob.id, recordOf(at, e, meta, createdDt), { requireLive: false, requirePending: true })
   if (!rec) throw busyError(savedName)
   // The quota row goes with the commit (a rollback keeps the upload counted, as it stays).
   await ctx.repo.pending.release([savedName])
