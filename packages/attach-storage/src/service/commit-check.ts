@@ -38,6 +38,71 @@ export interface TemporaryEntry {
   saved?: AttachmentRecord
 }
 
+/** A re-sort asked by one or more entries: one per `(category, id)`, the last entry's index wins. */
+export interface SortAsk {
+  id: number
+  refCategory: string
+  sort: number
+  asked: Array<{ index: number; entry: unknown }>
+}
+
+/** The `_deleted` ids of a bag that name records of its reference; the others fail their entry. */
+export function deletedIds(bag: PreparedBag, failures: SaveFailures): Set<number> {
+  const { refDomain, refKey, deleted, ours } = bag
+  const ids = new Set<number>()
+  deleted.forEach((d, index) => {
+    const id = positiveId(d)
+    if (id === undefined) failures.fail('_deleted', index, d, 'id must be a positive integer', 'bad-request')
+    else if (!ours.has(id)) failures.fail('_deleted', index, d, `attachment ${id} does not belong to ${refDomain}/${refKey}`, 'not-found')
+    else ids.add(id)
+  })
+  return ids
+}
+
+/**
+ * The entries of a bag's categories in order. Malformed entries and re-sorts cost no exception and no
+ * await (a bag of a thousand stays cheap): the re-sorts are answered, one per `(category, id)`. Each
+ * file entry (a temporary file, or a `savedDir` reuse) goes to `onFile` at its place; a throw fails it.
+ */
+export async function walkEntries(
+  bag: PreparedBag,
+  failures: SaveFailures,
+  place: { date: Date; access: AccessContext },
+  onFile: (e: AttachBagEntry, at: EntryPlace, entry: unknown) => Promise<void>,
+): Promise<Map<string, SortAsk>> {
+  const { refDomain, refKey } = bag
+  const sorts = new Map<string, SortAsk>()
+  for (const [refCategory, entries] of bag.categories) {
+    for (let index = 0; index < entries.length; index++) {
+      const entry = entries[index]
+      if (!entry || typeof entry !== 'object' || Array.isArray(entry)) {
+        failures.fail(refCategory, index, entry, 'entry must be an object', 'bad-request')
+        continue
+      }
+      const e = entry as AttachBagEntry
+      if (e.id !== undefined && e.id !== null) {
+        const id = Number(e.id)
+        if (!Number.isSafeInteger(id) || id <= 0) failures.fail(refCategory, index, entry, 'id must be a positive integer', 'bad-request')
+        else {
+          const key = `${refCategory}\u0000${id}`
+          const known = sorts.get(key)
+          if (known) {
+            known.sort = index
+            known.asked.push({ index, entry })
+          } else sorts.set(key, { id, refCategory, sort: index, asked: [{ index, entry }] })
+        }
+        continue
+      }
+      try {
+        await onFile(e, { refDomain, refKey, refCategory, sort: index, ...place }, entry)
+      } catch (err) {
+        failures.failWith(refCategory, index, entry, err)
+      }
+    }
+  }
+  return sorts
+}
+
 /** A save checked entry by entry, nothing written yet. */
 export interface BagPlan {
   bag: PreparedBag
@@ -64,55 +129,23 @@ export async function planBag(
 ): Promise<BagPlan> {
   const { access, mode } = options
   const bag = await prepareBag(ctx, input, access)
-  const { refDomain, refKey, categories, deleted, ours } = bag
+  const { refDomain, refKey, ours } = bag
   const date = options.date ?? ctx.now()
   const failures = new SaveFailures(ctx, `${refDomain}/${refKey}`)
 
-  const delIds = new Set<number>()
-  deleted.forEach((d, index) => {
-    const id = positiveId(d)
-    if (id === undefined) failures.fail('_deleted', index, d, 'id must be a positive integer', 'bad-request')
-    else if (!ours.has(id)) failures.fail('_deleted', index, d, `attachment ${id} does not belong to ${refDomain}/${refKey}`, 'not-found')
-    else delIds.add(id)
-  })
+  const delIds = deletedIds(bag, failures)
 
   const temporaries: TemporaryEntry[] = []
   const reuses: BagPlan['reuses'] = []
-  const sorts = new Map<string, { id: number; refCategory: string; sort: number; asked: Array<{ index: number; entry: unknown }> }>()
   const reuseChecks = new Map()
-  for (const [refCategory, entries] of categories) {
-    for (let index = 0; index < entries.length; index++) {
-      const entry = entries[index]
-      if (!entry || typeof entry !== 'object' || Array.isArray(entry)) {
-        failures.fail(refCategory, index, entry, 'entry must be an object', 'bad-request')
-        continue
-      }
-      const e = entry as AttachBagEntry
-      if (e.id !== undefined && e.id !== null) {
-        const id = Number(e.id)
-        if (!Number.isSafeInteger(id) || id <= 0) failures.fail(refCategory, index, entry, 'id must be a positive integer', 'bad-request')
-        else {
-          const key = `${refCategory}\u0000${id}`
-          const known = sorts.get(key)
-          if (known) {
-            known.sort = index
-            known.asked.push({ index, entry })
-          } else sorts.set(key, { id, refCategory, sort: index, asked: [{ index, entry }] })
-        }
-        continue
-      }
-      const at: EntryPlace = { refDomain, refKey, refCategory, sort: index, date, access }
-      try {
-        if (e.savedDir !== undefined && e.savedDir !== null) {
-          reuses.push({ refCategory, index, entry, ...(await planReuse(ctx, e, at, reuseChecks)) })
-        } else {
-          temporaries.push({ refCategory, index, entry: e, at, ...(await checkTemporary(ctx, entry, at, mode)) })
-        }
-      } catch (err) {
-        failures.failWith(refCategory, index, entry, err)
-      }
+  const sorts = await walkEntries(bag, failures, { date, access }, async (e, at, entry) => {
+    const { refCategory, sort: index } = at
+    if (e.savedDir !== undefined && e.savedDir !== null) {
+      reuses.push({ refCategory, index, entry, ...(await planReuse(ctx, e, at, reuseChecks)) })
+    } else {
+      temporaries.push({ refCategory, index, entry: e, at, ...(await checkTemporary(ctx, entry, at, mode)) })
     }
-  }
+  })
   // A re-sort needs a live record of this reference and category that `_deleted` leaves.
   for (const s of sorts.values()) {
     const r = ours.get(s.id)

@@ -20,7 +20,7 @@ import { readableViews } from './urls.js'
 import { verifyDirectUpload } from './direct-to-cloud.js'
 import { releaseUploads } from './quota.js'
 import { commitBagInTransaction, inTransaction } from './host-transaction.js'
-import { type AttachCommitInput, dateOf } from './commit-check.js'
+import { type AttachCommitInput, dateOf, deletedIds, walkEntries } from './commit-check.js'
 import type { Transaction } from 'kysely'
 
 /** The positive integer `id` of an `{id}` object (a `_deleted` or re-sort entry), else undefined. */
@@ -157,62 +157,27 @@ export async function commitBag(
   if (ctx.hostTransaction) return commitBagInTransaction(ctx, input, options)
   const { access } = options
   const user = access.user
-  const { refDomain, refKey, categories, deleted, ours } = await prepareBag(ctx, input, access)
+  const bag = await prepareBag(ctx, input, access)
+  const { refDomain, refKey, categories } = bag
 
   const date = options.date ?? ctx.now()
   const failed = new SaveFailures(ctx, `${refDomain}/${refKey}`)
   const fail = failed.fail.bind(failed)
-  const failWith = failed.failWith.bind(failed)
 
   // Deletions first, so that a bag may replace a file in one save.
-  const delIds = new Set<number>()
-  deleted.forEach((d, index) => {
-    const id = positiveId(d)
-    if (id === undefined) fail('_deleted', index, d, 'id must be a positive integer', 'bad-request')
-    else if (!ours.has(id)) fail('_deleted', index, d, `attachment ${id} does not belong to ${refDomain}/${refKey}`, 'not-found')
-    else delIds.add(id)
-  })
+  const delIds = deletedIds(bag, failed)
   await deleteRecords(ctx, [...delIds])
 
   const created: AttachmentRecord[] = []
-  /** The re-sorts, one per `(category, id)` (the last entry's index wins), and the entries asking it. */
-  const sorts = new Map<string, { id: number; refCategory: string; sort: number; asked: Array<{ index: number; entry: unknown }> }>()
   const reuses: Array<{ refCategory: string; index: number; entry: unknown; blobId: number; rec: NewRecord }> = []
   const reuseChecks = new Map<string, Promise<ReuseSource>>()
-  for (const [refCategory, entries] of categories) {
-    for (let index = 0; index < entries.length; index++) {
-      const entry = entries[index]
-      // Malformed entries and re-sorts cost no exception and no await: a bag of a thousand stays cheap.
-      if (!entry || typeof entry !== 'object' || Array.isArray(entry)) {
-        fail(refCategory, index, entry, 'entry must be an object', 'bad-request')
-        continue
-      }
-      const e = entry as AttachBagEntry
-      if (e.id !== undefined && e.id !== null) {
-        const id = Number(e.id)
-        if (!Number.isSafeInteger(id) || id <= 0) fail(refCategory, index, entry, 'id must be a positive integer', 'bad-request')
-        else {
-          const key = `${refCategory}\u0000${id}`
-          const known = sorts.get(key)
-          if (known) {
-            known.sort = index
-            known.asked.push({ index, entry })
-          } else sorts.set(key, { id, refCategory, sort: index, asked: [{ index, entry }] })
-        }
-        continue
-      }
-      const at: EntryPlace = { refDomain, refKey, refCategory, sort: index, date, access }
-      try {
-        if (e.savedDir !== undefined && e.savedDir !== null) {
-          reuses.push({ refCategory, index, entry, ...(await planReuse(ctx, e, at, reuseChecks)) })
-        } else {
-          created.push(await commitEntry(ctx, entry, at))
-        }
-      } catch (err) {
-        failWith(refCategory, index, entry, err)
-      }
+  const sorts = await walkEntries(bag, failed, { date, access }, async (e, at, entry) => {
+    if (e.savedDir !== undefined && e.savedDir !== null) {
+      reuses.push({ refCategory: at.refCategory, index: at.sort, entry, ...(await planReuse(ctx, e, at, reuseChecks)) })
+    } else {
+      created.push(await commitEntry(ctx, entry, at))
     }
-  }
+  })
   // The re-sorts and the reuses' records: one transaction.
   const sortList = [...sorts.values()]
   const applied = await ctx.repo.applySave({ refDomain, refKey }, sortList, reuses)
