@@ -25,7 +25,14 @@ describe('attach-storage migrate', () => {
     expect(dry.stdout).toContain('-- migration 0002_blob_tmp_name')
     expect((await run(['migrate', '--dry-run'])).stdout).toContain('create table "attach_file"')
     const first = await run(['migrate', '--json'])
-    expect(first.json().applied).toEqual(['0001_attach_tables', '0002_blob_tmp_name', '0003_variant_table', '0004_pending_table'])
+    expect(first.json().applied).toEqual([
+      '0001_attach_tables',
+      '0002_blob_tmp_name',
+      '0003_variant_table',
+      '0004_pending_table',
+      '0005_media',
+      '0006_focus',
+    ])
     const again = await run(['migrate'])
     expect(again.stdout).toContain('up to date')
     expect((await run(['migrate', '--dry-run'])).stdout).toContain('up to date')
