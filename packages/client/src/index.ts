@@ -16,5 +16,6 @@ export {
   type UploadOptions,
 } from './client.js'
 export { placeholderDataUrl, type WithMedia } from './placeholder.js'
+export { srcsetOf, type SrcsetOptions, type VariantBox, type WithVariants } from './srcset.js'
 export { AttachContainerBuilder, limiter, mergeContainers, type AttachContainer, type ListedFile } from './container.js'
 export type { AttachBag, AttachBagEntry, AttachmentView, SaveFailure } from 'attach-storage'
