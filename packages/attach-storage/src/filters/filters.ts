@@ -2,7 +2,9 @@ import { rm } from 'node:fs/promises'
 import type { Readable } from 'node:stream'
 import sharp from 'sharp'
 import { parseSize } from '../config/units.js'
+import { isHeic, MAX_HEIC_BYTES, heicSize } from '../media/heic.js'
 import { spoolToFile } from '../media/resize.js'
+import { readAll } from '../stores/read-all.js'
 
 /** What a filter is shown of an uploaded file. Everything here is derived from the stored bytes. */
 export interface FileProbe {
@@ -81,6 +83,7 @@ export const sizeFilter: AttachFilter = {
  */
 export async function imageDimensions(file: FileProbe): Promise<{ width: number; height: number } | undefined> {
   if (!file.type.startsWith('image/') || file.type === 'image/svg+xml') return undefined
+  if (isHeic(file.type)) return heicDimensions(file)
   const read = async (input: Buffer | string) => {
     const meta = await sharp(input, { failOn: 'none' }).metadata()
     if (!meta.width || !meta.height) return undefined
@@ -97,6 +100,20 @@ export async function imageDimensions(file: FileProbe): Promise<{ width: number;
     return undefined
   } finally {
     if (path) await rm(path, { force: true }).catch(() => undefined)
+  }
+}
+
+/**
+ * A HEIC photo's size as shown, from its header (in the HEIC worker): the head first, the whole file (at
+ * most {@link MAX_HEIC_BYTES}) when the header reaches past it; undefined when it cannot be read.
+ */
+async function heicDimensions(file: FileProbe): Promise<{ width: number; height: number } | undefined> {
+  const fromHead = await heicSize(file.head)
+  if (fromHead || file.head.byteLength >= file.size || file.size > MAX_HEIC_BYTES) return fromHead
+  try {
+    return await heicSize(await readAll(await file.open()))
+  } catch {
+    return undefined
   }
 }
 
@@ -150,8 +167,8 @@ const IMAGE_TYPES = new Set([
   'image/jxl',
 ])
 
-/** Types whose header the image decoder reads, so a signature alone does not make an image. */
-const DECODABLE = new Set(['image/jpeg', 'image/png', 'image/gif', 'image/webp', 'image/avif', 'image/tiff'])
+/** Types whose header is read (by sharp, or the HEIC worker), so a signature alone does not make an image. */
+const DECODABLE = new Set(['image/jpeg', 'image/png', 'image/gif', 'image/webp', 'image/avif', 'image/tiff', 'image/heic', 'image/heif'])
 
 /**
  * `image`: only raster images, judged by content, not by name: the signature must name an image type

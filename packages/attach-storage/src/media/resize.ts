@@ -6,15 +6,16 @@ import { join } from 'node:path'
 import type { Readable } from 'node:stream'
 import { pipeline } from 'node:stream/promises'
 import pLimit, { type LimitFunction } from 'p-limit'
-import sharp, { type Metadata } from 'sharp'
+import sharp, { type Metadata, type Sharp } from 'sharp'
 import { AttachStorageError, badRequest } from '../errors.js'
 import type { Store } from '../stores/store.js'
+import { heicImage, isHeic } from './heic.js'
 
 /** Largest `w` / `h` a client may ask for. */
 export const MAX_DIMENSION = 4096
 
 /** Types the resizer reads; anything else is served as it is. */
-const RESIZABLE = new Set(['image/jpeg', 'image/png', 'image/webp', 'image/avif', 'image/tiff'])
+const RESIZABLE = new Set(['image/jpeg', 'image/png', 'image/webp', 'image/avif', 'image/tiff', 'image/heic', 'image/heif'])
 
 /** Output formats a client may ask for with `format=`. */
 const FORMATS = { webp: 'image/webp', avif: 'image/avif', jpeg: 'image/jpeg', png: 'image/png' } as const
@@ -51,7 +52,8 @@ export function isResizable(type: string): boolean {
 
 /** The media type of a variant of an original of `originalType`. */
 export function variantType(originalType: string, r: ResizeRequest): string {
-  return r.format ? FORMATS[r.format] : originalType
+  // A HEIC photo is shown as a JPEG unless another format is asked for: browsers do not show HEIC.
+  return r.format ? FORMATS[r.format] : isHeic(originalType) ? 'image/jpeg' : originalType
 }
 
 /**
@@ -305,7 +307,7 @@ export class Resizer {
         const started = performance.now()
         observe?.resizeQueue(this.#limit.activeCount, this.#limit.pendingCount)
         try {
-          return await this.#make(store, originalKey, key, type, r, options.storedFile)
+          return await this.#make(store, originalKey, key, type, r, options.storedFile, originalType)
         } finally {
           observe?.resize((performance.now() - started) / 1000)
           // This one still counts as running until it returns.
@@ -438,6 +440,7 @@ export class Resizer {
     type: string,
     r: ResizeRequest,
     storedFile: VariantOptions['storedFile'],
+    originalType: string,
   ): Promise<Variant | undefined> {
     // The stored file's stored-variant count is read while the image is decoded.
     const slotsReady = this.#slotsOf(store, key.slice(0, key.lastIndexOf('/') + 1), storedFile)
@@ -447,29 +450,39 @@ export class Resizer {
     let path = store.localPath?.(originalKey)
     let spool: string | undefined
     try {
-      let meta: Metadata | undefined
-      if (path) meta = await sharp(path, { ...limits, failOn: 'none' }).metadata()
-      else meta = await readMetadataHead(store, originalKey, this.#options.maxInputPixels).catch(() => undefined)
-      if (!path && (!meta?.width || !meta.height)) {
-        // The header is past the head (a TIFF's directory at the end, large metadata blocks): spool first.
-        path = spool = await spoolToFile(await store.get(originalKey), this.#options.spoolDir)
-        meta = await sharp(path, { ...limits, failOn: 'none' }).metadata()
+      let opened: { pipeline: Sharp; width: number; height: number } | undefined
+      if (isHeic(originalType)) {
+        // HEIC: decoded in the HEIC worker (upright already); always converted, never served as it is.
+        if (!path) path = spool = await spoolToFile(await store.get(originalKey), this.#options.spoolDir)
+        const h = await heicImage(path, { maxInputPixels: this.#options.maxInputPixels })
+        opened = { pipeline: h.image, width: h.width, height: h.height }
+      } else {
+        let meta: Metadata | undefined
+        if (path) meta = await sharp(path, { ...limits, failOn: 'none' }).metadata()
+        else meta = await readMetadataHead(store, originalKey, this.#options.maxInputPixels).catch(() => undefined)
+        if (!path && (!meta?.width || !meta.height)) {
+          // The header is past the head (a TIFF's directory at the end, large metadata blocks): spool first.
+          path = spool = await spoolToFile(await store.get(originalKey), this.#options.spoolDir)
+          meta = await sharp(path, { ...limits, failOn: 'none' }).metadata()
+        }
+        if (!meta) throw new Error('the image has no header')
+        const swap = (meta.orientation ?? 1) >= 5
+        const width = swap ? meta.height : meta.width
+        const height = swap ? meta.width : meta.height
+        if (!width || !height) throw new Error('the image has no dimensions')
+        if (width * height > this.#options.maxInputPixels) throw new Error(`the image has more than ${this.#options.maxInputPixels} pixels`)
+        // A cover box is exact: only an original of that very size needs nothing done.
+        const fits =
+          r.fit === 'cover' ? width === r.w && height === r.h : (r.w === undefined || width <= r.w) && (r.h === undefined || height <= r.h)
+        if (fits && !r.format) {
+          this.#remember(`${store.name}\u0000${key}`)
+          return undefined
+        }
+        if (!path) path = spool = await spoolToFile(await store.get(originalKey), this.#options.spoolDir)
+        opened = { pipeline: sharp(path, { ...limits, failOn: 'error', sequentialRead: true }).rotate(), width, height }
       }
-      if (!meta) throw new Error('the image has no header')
-      const swap = (meta.orientation ?? 1) >= 5
-      const width = swap ? meta.height : meta.width
-      const height = swap ? meta.width : meta.height
-      if (!width || !height) throw new Error('the image has no dimensions')
-      if (width * height > this.#options.maxInputPixels) throw new Error(`the image has more than ${this.#options.maxInputPixels} pixels`)
+      const { pipeline, width, height } = opened
       const cover = r.fit === 'cover' && r.w !== undefined && r.h !== undefined
-      // A cover box is exact: only an original of that very size needs nothing done.
-      const fits = cover ? width === r.w && height === r.h : (r.w === undefined || width <= r.w) && (r.h === undefined || height <= r.h)
-      if (fits && !r.format) {
-        this.#remember(`${store.name}\u0000${key}`)
-        return undefined
-      }
-      if (!path) path = spool = await spoolToFile(await store.get(originalKey), this.#options.spoolDir)
-      const pipeline = sharp(path, { ...limits, failOn: 'error', sequentialRead: true }).rotate()
       if (!cover) pipeline.resize({ width: r.w, height: r.h, fit: 'inside', withoutEnlargement: true })
       else if (!r.focus) pipeline.resize({ width: r.w, height: r.h, fit: 'cover', position: sharp.strategy.attention })
       else {
@@ -477,6 +490,7 @@ export class Resizer {
         pipeline.resize({ width: c.rw, height: c.rh, fit: 'fill' }).extract({ left: c.left, top: c.top, width: r.w!, height: r.h! })
       }
       if (r.format) pipeline.toFormat(r.format, r.format === 'avif' ? { effort: 2 } : {})
+      else if (isHeic(originalType)) pipeline.jpeg()
       // A variant is at most 4096×4096: made in memory, written whole (atomically), then served from here.
       const bytes = await pipeline.toBuffer()
       if (bytes.length === 0) throw new Error('the resizer produced no bytes')

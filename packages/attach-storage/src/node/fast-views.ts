@@ -10,7 +10,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http'
 import { pipeline } from 'node:stream/promises'
 import { answeredError, errorAnswer } from '../http/respond.js'
 import { firstValues } from '../http/router.js'
-import { resizeOf } from '../http/routes/serving.js'
+import { resizeOf, shownOf } from '../http/routes/serving.js'
 import { ResizeQuerySchema } from '../http/routes/schemas.js'
 import { type FileAnswer, fileAnswer, notModified } from '../http/serve.js'
 import { type AttachStorage, contextOf } from '../service/attach-storage.js'
@@ -80,7 +80,9 @@ export function createFastViews(storage: AttachStorage): FastViews {
     let answer: FileAnswer
     try {
       const params = new URLSearchParams(match.query)
-      const resize = resizeOf(parseInput(ResizeQuerySchema, firstValues(params), 'query'), header(req, 'accept'))
+      const query = parseInput(ResizeQuerySchema, firstValues(params), 'query')
+      const resize = resizeOf(query, header(req, 'accept'))
+      const shown = match.action === 'view' ? shownOf(query, header(req, 'accept')) : undefined
       let request: Request | undefined
       const access: AccessContext = {
         user: null,
@@ -92,7 +94,7 @@ export function createFastViews(storage: AttachStorage): FastViews {
       }
       const asked = { method: req.method ?? 'GET', header: (name: string) => header(req, name) }
       const lookOnly = req.method === 'HEAD'
-      const target = await resolveById(ctx, { id: match.id, resize, lookOnly, notModified: (t) => notModified(asked, t) }, access)
+      const target = await resolveById(ctx, { id: match.id, resize, shown, lookOnly, notModified: (t) => notModified(asked, t) }, access)
       answer = await fileAnswer(asked, target, match.action)
     } catch (err) {
       answer = errorAnswer(answeredError(err, storage.logger))

@@ -11,6 +11,7 @@ import {
   variantType,
   withFocus,
 } from '../media/resize.js'
+import { isHeic } from '../media/heic.js'
 import { sniffType } from '../media/sniff.js'
 import type { AttachmentRecord } from '../model.js'
 import { checkAccess, describeRecord, mayReadTemporary, signedFor, syntheticDescription } from './access.js'
@@ -27,6 +28,11 @@ import { EDITOR_DOMAIN } from './uploads.js'
 /** How a saved file is to be served: resized or not, and whether only its headers are wanted (HEAD). */
 export interface ServeOptions {
   resize?: ResizeRequest
+  /**
+   * A view's conversion of a picture browsers cannot show (HEIC), used when `resize` is not set: a view
+   * of such a record answers a JPEG (or this format), a download the original bytes.
+   */
+  shown?: ResizeRequest
   /** HEAD: a missing variant is not made (the stored variant's headers, else the original's). */
   lookOnly?: boolean
   /**
@@ -65,7 +71,7 @@ export async function serveRecord(
   access: AccessContext,
   r: AttachmentRecord,
   cache: ServeTarget['cache'],
-  { resize, lookOnly = false, notModified }: ServeOptions,
+  { resize, shown, lookOnly = false, notModified }: ServeOptions,
 ): Promise<ServeTarget> {
   const category = ctx.registry.domain(r.refDomain).categories.get(r.refCategory)
   if (!category) throw notFound(`No attachment ${r.id}`)
@@ -77,6 +83,7 @@ export async function serveRecord(
   // A named variant's box is the category's own; any other box must be one of its `sizes`.
   if (resize?.variant !== undefined) resize = namedResize(category, resize.variant)
   else if (resize) checkAllowedSize(category.sizes, resize)
+  else if (shown && isHeic(r.fileType)) resize = shown
   // A cover crop is the record's focus's: a changed focus is a new variant, and a view by id revalidates.
   if (resize?.fit === 'cover') {
     resize = withFocus(resize, r.focus)
@@ -95,7 +102,7 @@ export async function serveRecord(
       return {
         store,
         key: vkey,
-        displayName: variantName(r.displayName, resize),
+        displayName: variantName(r.displayName, resize, r.fileType),
         fileType: type,
         fileSize: 0,
         etag,
@@ -128,7 +135,7 @@ export async function serveRecord(
       return {
         store,
         key: variant.key,
-        displayName: variantName(r.displayName, resize),
+        displayName: variantName(r.displayName, resize, r.fileType),
         fileType: variant.type,
         fileSize: variant.size,
         etag,
@@ -157,8 +164,9 @@ export async function serveRecord(
 }
 
 /** A variant's download name: the original's, with the extension of its `format` when it has one. */
-function variantName(displayName: string, resize: ResizeRequest): string {
-  const ext = resize.format ? `.${resize.format === 'jpeg' ? 'jpg' : resize.format}` : undefined
+function variantName(displayName: string, resize: ResizeRequest, originalType: string): string {
+  const format = resize.format ?? (isHeic(originalType) ? 'jpeg' : undefined)
+  const ext = format ? `.${format === 'jpeg' ? 'jpg' : format}` : undefined
   return ext ? displayName.replace(/(\.[^.]*)?$/, ext) : displayName
 }
 

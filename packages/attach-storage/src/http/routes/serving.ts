@@ -38,10 +38,27 @@ export function resizeOf(q: v.InferOutput<typeof ResizeQuerySchema>, accept: str
   // The record's focus is added once the record is known (service/serving.ts).
   const fit = cover ? ({ fit: 'cover' } as const) : {}
   if (q.format !== 'auto') return { w: q.w, h: q.h, format: q.format || undefined, negotiated: false, ...fit }
-  const a = (accept ?? '').toLowerCase()
-  const format = a.includes('image/avif') ? 'avif' : a.includes('image/webp') ? 'webp' : undefined
-  return { w: q.w, h: q.h, format, negotiated: true, ...fit }
+  return { w: q.w, h: q.h, format: negotiatedFormat(accept), negotiated: true, ...fit }
 }
+
+function negotiatedFormat(accept: string | null): 'avif' | 'webp' | undefined {
+  const a = (accept ?? '').toLowerCase()
+  return a.includes('image/avif') ? 'avif' : a.includes('image/webp') ? 'webp' : undefined
+}
+
+/**
+ * What a view without a box shows of a picture browsers cannot show (HEIC): the picture within
+ * {@link SHOWN_SIDE} pixels, as JPEG or the asked `format`. Used only for such records (service/serving.ts).
+ */
+export function shownOf(q: v.InferOutput<typeof ResizeQuerySchema>, accept: string | null): ResizeRequest {
+  if (q.format === 'auto') return { w: SHOWN_SIDE, h: SHOWN_SIDE, format: negotiatedFormat(accept), negotiated: true }
+  const format = q.format || undefined
+  const negotiated = false
+  return { w: SHOWN_SIDE, h: SHOWN_SIDE, format, negotiated }
+}
+
+/** The largest side of a HEIC photo's view without a box (a 12-megapixel photo's 4032 fits). */
+const SHOWN_SIDE = 4096
 
 /** The request's conditional headers as the use case asks them (a variant's 304 comes before any resize). */
 const conditionalOf =
@@ -59,9 +76,15 @@ export const servingRoutes: Route[] = [
     params: v.object({ action: ActionSchema, id: IdSegmentSchema }),
     query: ResizeQuerySchema,
     handle: async ({ params, query }, { ctx, access, request }) => {
-      const resize = resizeOf(query, request.headers.get('accept'))
+      const accept = request.headers.get('accept')
+      const resize = resizeOf(query, accept)
+      const shown = params.action === 'view' ? shownOf(query, accept) : undefined
       const notModified = conditionalOf(request)
-      const target = await serving.resolveById(ctx, { id: params.id, resize, lookOnly: request.method === 'HEAD', notModified }, access)
+      const target = await serving.resolveById(
+        ctx,
+        { id: params.id, resize, shown, lookOnly: request.method === 'HEAD', notModified },
+        access,
+      )
       return serveFile(request, target, params.action)
     },
   }),
@@ -86,6 +109,7 @@ export const servingRoutes: Route[] = [
           idx: idx === undefined ? 0 : parseInput(IndexSegmentSchema, idx, 'idx'),
           filters: { ext, extAlt, fmetaValue },
           resize: resizeOf(query, request.headers.get('accept')),
+          shown: action === 'view' ? shownOf(query, request.headers.get('accept')) : undefined,
           lookOnly: request.method === 'HEAD',
           notModified: conditionalOf(request),
         },
