@@ -9,7 +9,7 @@ import pLimit, { type LimitFunction } from 'p-limit'
 import sharp, { type Metadata, type Sharp } from 'sharp'
 import { AttachStorageError, badRequest } from '../errors.js'
 import type { Store } from '../stores/store.js'
-import { heicImage, isHeic } from './heic.js'
+import { HeicError, heicImage, isHeic } from './heic.js'
 
 /** Largest `w` / `h` a client may ask for. */
 export const MAX_DIMENSION = 4096
@@ -328,6 +328,8 @@ export class Resizer {
     const outcome = await p
     if (outcome.ok) return outcome.variant
     if (options.background) throw outcome.error
+    // A HEIC decode that waited or ran too long is worth another try: 503, nothing remembered.
+    if (outcome.error instanceof HeicError && (outcome.error.code === 'busy' || outcome.error.code === 'timeout')) throw busy()
     onError(outcome.error)
     this.#remember(cacheKey)
     return undefined
