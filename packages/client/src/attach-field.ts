@@ -1,6 +1,7 @@
 import type { AttachmentView } from 'attach-storage'
 import { AttachClient, type ClientError, type TemporaryFile } from './client.js'
 import { AttachContainerBuilder, limiter, type ListedFile } from './container.js'
+import { placeholderDataUrl } from './placeholder.js'
 
 /** Uploads in flight at once over every field of the page (browsers open 6 connections per host). */
 const uploads = limiter(4)
@@ -20,8 +21,22 @@ interface Item {
   abort?: AbortController
   thumb?: string
   noThumb?: boolean
+  /** The record's ThumbHash as a `data:` URL, shown behind the thumbnail until it has loaded. */
+  placeholder?: string
+  /** The row's picture (or icon), kept across renders so a loaded thumbnail is not fetched again. */
+  visual?: HTMLElement
   row?: HTMLLIElement
 }
+
+/**
+ * A photo the browser cannot show from the local file (HEIC/HEIF, what iPhones take; browsers other than
+ * Safari do not decode it): its row shows the name and an icon until the server's JPEG of a saved record.
+ * Some systems give such a file no type: the extension tells.
+ */
+const isHeicFile = (file: File) => /^image\/hei[cf](-sequence)?$/i.test(file.type) || (!file.type && /\.hei[cf]$/i.test(file.name))
+
+/** A file's type, or for a HEIC/HEIF photo without one the type its extension names. */
+const typeOf = (file: File) => file.type || (isHeicFile(file) ? `image/${file.name.slice(-4).toLowerCase()}` : '')
 
 const CSS = `
 :host{display:block;font:inherit;color:inherit}
@@ -36,7 +51,7 @@ li{display:grid;grid-template-columns:48px 1fr auto;gap:.2rem .6rem;align-items:
 li:focus{outline:3px solid #93c5fd}
 li.dragging{opacity:.5}
 li.failed{border-color:#dc2626;background:#fef2f2}
-.thumb{width:48px;height:48px;object-fit:cover;border-radius:4px;grid-row:span 2;background:#e2e8f0}
+.thumb{width:48px;height:48px;object-fit:cover;border-radius:4px;grid-row:span 2;background:#e2e8f0 center/cover no-repeat}
 .icon{width:48px;height:48px;display:grid;place-items:center;border-radius:4px;background:#e2e8f0;font-size:.7em;grid-row:span 2;overflow:hidden}
 .name{overflow:hidden;text-overflow:ellipsis;white-space:nowrap}
 .status{grid-column:2;display:flex;gap:.5rem;align-items:center;font-size:.85em;color:#475569}
@@ -76,7 +91,7 @@ function accepts(accept: string | null, file: File): boolean {
     .split(',')
     .map((s) => s.trim().toLowerCase())
     .filter(Boolean)
-    .some((a) => (a.startsWith('.') ? name.endsWith(a) : a.endsWith('/*') ? file.type.startsWith(a.slice(0, -1)) : file.type === a))
+    .some((a) => (a.startsWith('.') ? name.endsWith(a) : a.endsWith('/*') ? typeOf(file).startsWith(a.slice(0, -1)) : typeOf(file) === a))
 }
 
 function h<K extends keyof HTMLElementTagNameMap>(tag: K, props: Record<string, unknown> = {}, ...children: (Node | string)[]) {
@@ -94,6 +109,11 @@ const Base = (globalThis.HTMLElement ?? class {}) as typeof HTMLElement
  * hidden input named `name`, in the form's light DOM, holds the `attachContainer` JSON of the list.
  * Set `client` (an AttachClient with the token) before files are added; `setSaved(records)` shows a
  * saved reference's attachments for editing.
+ *
+ * Pictures: a chosen image shows from the local file at once, except a HEIC/HEIF photo (browsers do not
+ * decode it), which shows its name and an icon. A saved image shows a 96-pixel resize from the server
+ * (JPEG for a HEIC photo), with the record's placeholder (`placeholderDataUrl()`) behind it until it has
+ * loaded; its `<img>` carries `data-loaded` from then on. A picture that cannot be shown becomes the icon.
  */
 export class AttachField extends Base {
   static observedAttributes = ['name', 'accept', 'domain', 'category', 'max-size', 'max-files']
@@ -206,6 +226,7 @@ export class AttachField extends Base {
       state: 'saved',
       progress: 100,
       thumb: r.fileType.startsWith('image/') ? this.#client.viewUrl(r.id, { w: 96, h: 96 }) : undefined,
+      placeholder: placeholderDataUrl(r),
     }))
     this.#removed = []
     this.#render()
@@ -217,7 +238,7 @@ export class AttachField extends Base {
     const maxFiles = this.maxFiles
     for (const file of files) {
       const item: Item = { key: ++this.#seq, displayName: file.name, file, state: 'queued', progress: 0 }
-      if (file.type.startsWith('image/')) item.thumb = URL.createObjectURL(file)
+      if (file.type.startsWith('image/') && !isHeicFile(file)) item.thumb = URL.createObjectURL(file)
       const count = this.#items.filter((i) => i.state !== 'failed').length
       if (maxFiles !== undefined && count >= maxFiles) {
         item.state = 'failed'
@@ -344,6 +365,31 @@ export class AttachField extends Base {
     this.dispatchEvent(new Event('change', { bubbles: true }))
   }
 
+  /** The row's picture: the thumbnail over its placeholder until it has loaded, else the extension. */
+  #visual(item: Item): HTMLElement {
+    if (item.visual) return item.visual
+    const icon = () => h('span', { className: 'icon' }, (item.displayName.split('.').pop() ?? '').slice(0, 5).toUpperCase())
+    if (!item.thumb || item.noThumb) {
+      item.visual = icon()
+      return item.visual
+    }
+    const img = h('img', { className: 'thumb', alt: '' })
+    if (item.placeholder) img.style.backgroundImage = `url("${item.placeholder}")`
+    img.onload = () => {
+      img.style.backgroundImage = ''
+      img.dataset.loaded = ''
+    }
+    // A file that is not a displayable image after all shows its extension instead.
+    img.onerror = () => {
+      item.noThumb = true
+      item.visual = icon()
+      img.replaceWith(item.visual)
+    }
+    img.src = item.thumb
+    item.visual = img
+    return img
+  }
+
   #row(item: Item, index: number): HTMLLIElement {
     const n = this.#items.length
     const state = item.state
@@ -352,14 +398,7 @@ export class AttachField extends Base {
     li.className = state === 'failed' ? 'failed' : ''
     li.dataset.state = state
     li.setAttribute('aria-label', `${item.displayName}, ${index + 1} of ${n}${item.error ? `, error: ${item.error.message}` : ''}`)
-    const icon = () => h('span', { className: 'icon' }, (item.displayName.split('.').pop() ?? '').slice(0, 5).toUpperCase())
-    const visual = item.thumb && !item.noThumb ? h('img', { className: 'thumb', src: item.thumb, alt: '' }) : icon()
-    // A file that is not a displayable image after all shows its extension instead.
-    if (visual instanceof HTMLImageElement)
-      visual.onerror = () => {
-        item.noThumb = true
-        visual.replaceWith(icon())
-      }
+    const visual = this.#visual(item)
     const status = h('span', { className: 'status' })
     if (state === 'queued' || state === 'uploading') {
       const progress = h('progress', { max: 100, value: item.progress })

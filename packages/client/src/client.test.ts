@@ -1,48 +1,20 @@
-import { createHmac } from 'node:crypto'
-import { mkdtemp, rm } from 'node:fs/promises'
-import { tmpdir } from 'node:os'
-import { join } from 'node:path'
-import { createAttachHandler, createAttachStorage, type AttachStorage } from 'attach-storage'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { AttachClient } from './client.js'
 import { AttachContainerBuilder, limiter, mergeContainers } from './container.js'
+import { startTestServer, type TestServer } from './test-kit.js'
 
-const SECRET = 'client-test-secret-0123456789'
-const sign = (sub: string) => {
-  const b64 = (v: unknown) => Buffer.from(JSON.stringify(v)).toString('base64url')
-  const head = `${b64({ alg: 'HS256', typ: 'JWT' })}.${b64({ sub, exp: Math.floor(Date.now() / 1000) + 3600 })}`
-  return `${head}.${createHmac('sha256', SECRET).update(head).digest('base64url')}`
-}
 /** A 1×1 PNG. */
 const PNG = Buffer.from('iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==', 'base64')
 
 // The client in Node against the real handlers (no socket: its `fetch` is the handler's).
 describe('AttachClient in Node', () => {
-  let dir: string
-  let storage: AttachStorage
+  let srv: TestServer
   let client: AttachClient
   beforeAll(async () => {
-    dir = await mkdtemp(join(tmpdir(), 'attach-client-'))
-    storage = await createAttachStorage({
-      config: {
-        directory: { baseDir: join(dir, 'files'), tmpDir: join(dir, 'tmp') },
-        db: { type: 'sqlite', file: join(dir, 'attach.db') },
-        domains: { demo: { categories: { default: {}, image: { filters: ['image'] } } } },
-      },
-      jwt: { secret: SECRET },
-      logger: { info() {}, warn() {}, error() {} },
-    })
-    const handler = createAttachHandler(storage)
-    client = new AttachClient({
-      baseUrl: 'http://app.test',
-      token: async () => sign('7'),
-      fetch: (input, init) => handler.fetch(new Request(input, init)),
-    })
+    srv = await startTestServer({ default: {}, image: { filters: ['image'] } })
+    client = srv.client
   })
-  afterAll(async () => {
-    await storage.close()
-    await rm(dir, { recursive: true, force: true })
-  })
+  afterAll(() => srv?.close())
 
   it('uploads, reports progress, saves, looks up, reorders with the builder, deletes', async () => {
     const seen: number[] = []
@@ -104,7 +76,7 @@ describe('AttachClient in Node', () => {
     expect(unknown).toMatchObject({ ok: false, error: { kind: 'http', status: 400, code: 'unknown-domain' } })
     const anonymous = new AttachClient({
       baseUrl: 'http://app.test',
-      fetch: (i, init) => createAttachHandler(storage).fetch(new Request(i, init)),
+      fetch: (i, init) => srv.handler.fetch(new Request(i, init)),
     })
     expect(await anonymous.lookup('demo', 'k1')).toMatchObject({ ok: false, error: { kind: 'http', status: 401, code: 'unauthorized' } })
     const partial = await client.save('demo', 'k2', {

@@ -1,18 +1,7 @@
-import { createHmac } from 'node:crypto'
-import { mkdtemp, rm } from 'node:fs/promises'
-import { tmpdir } from 'node:os'
-import { join } from 'node:path'
-import { createAttachHandler, createAttachStorage, type AttachmentView, type AttachStorage } from 'attach-storage'
 import sharp from 'sharp'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { AttachClient, AttachContainerBuilder, srcsetOf, type VariantBox } from './index.js'
-
-const SECRET = 'client-srcset-secret-0123456789'
-const sign = (sub: string) => {
-  const b64 = (v: unknown) => Buffer.from(JSON.stringify(v)).toString('base64url')
-  const head = `${b64({ alg: 'HS256', typ: 'JWT' })}.${b64({ sub, exp: Math.floor(Date.now() / 1000) + 3600 })}`
-  return `${head}.${createHmac('sha256', SECRET).update(head).digest('base64url')}`
-}
+import { srcsetOf, type VariantBox } from './index.js'
+import { startTestServer, type TestServer } from './test-kit.js'
 
 // The category's named variants: two inside boxes narrower than the picture, one wider (it would be the
 // original), a cover crop of the picture's aspect (5:4) and one square.
@@ -26,43 +15,12 @@ const BOXES = {
 
 // Records as a real save and lookup answer them (the handlers in-process, the variants made).
 describe('srcsetOf() of saved records', () => {
-  let dir: string
-  let storage: AttachStorage
-  let client: AttachClient
-  let handler: ReturnType<typeof createAttachHandler>
+  let srv: TestServer
   beforeAll(async () => {
-    dir = await mkdtemp(join(tmpdir(), 'attach-srcset-'))
-    storage = await createAttachStorage({
-      config: {
-        directory: { baseDir: join(dir, 'files'), tmpDir: join(dir, 'tmp') },
-        db: { type: 'sqlite', file: join(dir, 'attach.db') },
-        domains: { demo: { categories: { default: {}, photo: { filters: ['image'], variants: BOXES } } } },
-      },
-      jwt: { secret: SECRET },
-      logger: { info() {}, warn() {}, error() {} },
-    })
-    handler = createAttachHandler(storage)
-    client = new AttachClient({
-      baseUrl: 'http://app.test',
-      token: async () => sign('7'),
-      fetch: (i, init) => handler.fetch(new Request(i, init)),
-    })
+    srv = await startTestServer({ default: {}, photo: { filters: ['image'], variants: BOXES } })
   })
-  afterAll(async () => {
-    await storage.close()
-    await rm(dir, { recursive: true, force: true })
-  })
-
-  async function saved(file: File, refKey: string, category: string): Promise<AttachmentView> {
-    const up = await client.upload(file, { refDomain: 'demo', refCategory: category })
-    if (!up.ok) throw new Error(up.error.message)
-    const save = await client.save('demo', refKey, new AttachContainerBuilder('demo').category(category, [{ temporary: up.value }]).build())
-    if (!save.ok) throw new Error(save.error.message)
-    await storage.variantJobsIdle()
-    const looked = await client.lookup('demo', refKey, category)
-    if (!looked.ok) throw new Error(looked.error.message)
-    return (looked.value[category] as AttachmentView[])[0]!
-  }
+  afterAll(() => srv?.close())
+  const saved = (file: File, refKey: string, category: string) => srv.save(file, refKey, category)
 
   it('lists the made variants at the widths the server makes, narrowest first, the original widest', async () => {
     const png = await sharp({ create: { width: 100, height: 80, channels: 3, background: '#c33' } })
@@ -84,7 +42,7 @@ describe('srcsetOf() of saved records', () => {
       ['small', 40],
       ['frame', 50],
     ] as const) {
-      const answer = await handler.fetch(new Request(`http://app.test${v[name]}`))
+      const answer = await srv.handler.fetch(new Request(`http://app.test${v[name]}`))
       expect(answer.status).toBe(200)
       expect((await sharp(Buffer.from(await answer.arrayBuffer())).metadata()).width).toBe(width)
     }
