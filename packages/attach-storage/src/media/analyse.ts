@@ -10,9 +10,10 @@ import { rgbaToThumbHash } from 'thumbhash'
 import type { MediaInfo } from '../model.js'
 import { readAll } from '../stores/read-all.js'
 import type { Store } from '../stores/store.js'
+import { HeicError, heicImage, isHeic } from './heic.js'
 
 /** Types analysed (those the sniffer names and sharp reads). */
-const ANALYSED = new Set(['image/jpeg', 'image/png', 'image/webp', 'image/gif', 'image/avif', 'image/tiff'])
+const ANALYSED = new Set(['image/jpeg', 'image/png', 'image/webp', 'image/gif', 'image/avif', 'image/tiff', 'image/heic', 'image/heif'])
 
 /**
  * Largest side of the resize a ThumbHash is made from (ThumbHash asks for at most 100 pixels). Its
@@ -60,15 +61,52 @@ export function isAnalysed(type: string): boolean {
  * The decoding and the resize run in sharp's threads; only the 64-pixel ThumbHash runs here.
  */
 export async function analyseImage(input: string | Buffer, type: string, options: AnalyseOptions): Promise<MediaInfo | null> {
-  if (!isAnalysed(type)) return null
-  const concurrency = options.concurrency ?? 2
-  const limit = limiterOf(concurrency)
-  if (limit.activeCount + limit.pendingCount >= concurrency + (options.queue ?? 16)) return null
-  return limit(() => analyse(input, options)).catch(() => null)
+  return (await explainImage(input, type, options)).media
 }
 
-async function analyse(input: string | Buffer, options: AnalyseOptions): Promise<MediaInfo | null> {
+/** An analysis's outcome: the media, or null and, when the file itself is at fault, what is wrong with it. */
+export interface Analysis {
+  media: MediaInfo | null
+  /**
+   * Set when the decoder refused the file (corrupt, truncated, more pixels than the limit); unset when
+   * the file was simply not analysed (not an image, busy, too slow, a remote file too large to read).
+   */
+  problem?: string
+}
+
+/** {@link analyseImage}, saying what is wrong with a file the decoder refused. */
+export async function explainImage(input: string | Buffer, type: string, options: AnalyseOptions): Promise<Analysis> {
+  if (!isAnalysed(type)) return { media: null }
+  const concurrency = options.concurrency ?? 2
+  const limit = limiterOf(concurrency)
+  if (limit.activeCount + limit.pendingCount >= concurrency + (options.queue ?? 16)) return { media: null }
+  return limit(async () => ({ media: await analyse(input, type, options) })).catch((err: unknown) => {
+    const message = err instanceof Error ? err.message : String(err)
+    return isProblem(err, message) ? { media: null, problem: message } : { media: null }
+  })
+}
+
+/** True when the decoder's error is about the file (not about the moment: a queue, a timeout). */
+function isProblem(err: unknown, message: string): boolean {
+  if (err instanceof HeicError) return err.code === 'corrupt' || err.code === 'too-many-pixels' || err.code === 'too-large'
+  return (
+    !/timeout|timed out/i.test(message) &&
+    /^(Input|Vips)|pixel limit|unsupported image format|corrupt|premature end|bad seek|truncated/i.test(message)
+  )
+}
+
+async function analyse(input: string | Buffer, type: string, options: AnalyseOptions): Promise<MediaInfo | null> {
   const seconds = options.timeoutSeconds ?? 10
+  if (isHeic(type)) {
+    // Decoded in the HEIC worker (upright already); the placeholder is made from its pixels.
+    const h = await heicImage(input, { maxInputPixels: options.maxInputPixels, timeoutSeconds: seconds })
+    const { data, info } = await h.image
+      .resize({ width: PLACEHOLDER_SIDE, height: PLACEHOLDER_SIDE, fit: 'inside' })
+      .ensureAlpha()
+      .raw()
+      .toBuffer({ resolveWithObject: true })
+    return mediaOf(h.width, h.height, info, data)
+  }
   const open = () => sharp(input, { limitInputPixels: options.maxInputPixels, failOn: 'error' }).timeout({ seconds })
   const meta = await open().metadata()
   const swap = (meta.orientation ?? 1) >= 5
@@ -81,7 +119,12 @@ async function analyse(input: string | Buffer, options: AnalyseOptions): Promise
     .ensureAlpha()
     .raw()
     .toBuffer({ resolveWithObject: true })
-  const placeholder = Buffer.from(rgbaToThumbHash(info.width, info.height, data)).toString('base64')
+  return mediaOf(width, height, info, data)
+}
+
+/** The media of a picture of `width`×`height` from its small RGBA resize (null when the hash is too long). */
+function mediaOf(width: number, height: number, small: { width: number; height: number }, rgba: Buffer): MediaInfo | null {
+  const placeholder = Buffer.from(rgbaToThumbHash(small.width, small.height, rgba)).toString('base64')
   if (placeholder.length > MAX_PLACEHOLDER_CHARS) return null
   return { width, height, placeholder }
 }
@@ -97,13 +140,18 @@ export async function analyseStored(
   size: number,
   options: AnalyseOptions,
 ): Promise<MediaInfo | null> {
-  if (!isAnalysed(type)) return null
+  return (await explainStored(store, key, type, size, options)).media
+}
+
+/** {@link analyseStored}, saying what is wrong with a file the decoder refused ({@link Analysis}). Never throws. */
+export async function explainStored(store: Store, key: string, type: string, size: number, options: AnalyseOptions): Promise<Analysis> {
+  if (!isAnalysed(type)) return { media: null }
   try {
     const path = store.localPath?.(key)
-    if (path) return await analyseImage(path, type, options)
-    if (size > MAX_REMOTE_BYTES) return null
-    return await analyseImage(await readAll(await store.get(key)), type, options)
+    if (path) return await explainImage(path, type, options)
+    if (size > MAX_REMOTE_BYTES) return { media: null }
+    return await explainImage(await readAll(await store.get(key)), type, options)
   } catch {
-    return null
+    return { media: null }
   }
 }

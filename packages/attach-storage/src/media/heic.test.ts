@@ -3,6 +3,7 @@ import { fileURLToPath } from 'node:url'
 import sharp from 'sharp'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { type Kit, makeKit, saveFile } from '../testing/handler-kit.js'
+import { explainImage } from './analyse.js'
 import { HeicDecoder, HeicError, heicImage, heicSize } from './heic.js'
 
 const fixture = (name: string) => readFileSync(fileURLToPath(new URL(`../../test/fixtures/${name}`, import.meta.url)))
@@ -103,13 +104,30 @@ describe('HEIC decoding (libheif in WebAssembly, in a worker)', () => {
     expect((await decoder.decode(PHOTO, 1_000_000)).height).toBe(480)
   })
 
+  it('the analysis gives media for a HEIC, and names the problem of a truncated HEIC or JPEG and of a bomb', async () => {
+    const limits = { maxInputPixels: 100_000_000 }
+    const ok = await explainImage(PHOTO, 'image/heic', limits)
+    expect(ok.media).toMatchObject({ width: 640, height: 480, placeholder: expect.stringMatching(/^[A-Za-z0-9+/]{20,48}={0,2}$/) })
+    expect(ok.problem).toBeUndefined()
+    const cut = await explainImage(PHOTO.subarray(0, PHOTO.length >> 1), 'image/heic', limits)
+    expect(cut).toEqual({ media: null, problem: expect.stringMatching(/^HEIC: .*(end of file|bounds)/i) })
+    const bomb = await explainImage(claimSize(PHOTO, 100_000, 100_000), 'image/heic', limits)
+    expect(bomb).toEqual({ media: null, problem: expect.stringContaining('100000×100000 is more than 100000000 pixels') })
+    const jpeg = await sharp({ create: { width: 400, height: 300, channels: 3, noise: { type: 'gaussian', mean: 128, sigma: 40 } } })
+      .jpeg()
+      .toBuffer()
+    const cutJpeg = await explainImage(jpeg.subarray(0, jpeg.length >> 1), 'image/jpeg', limits)
+    expect(cutJpeg.media).toBeNull()
+    expect(cutJpeg.problem).toMatch(/premature end|truncated|VipsJpeg/i)
+    expect(await explainImage(Buffer.from('plain words'), 'text/plain', limits)).toEqual({ media: null })
+  })
+
   it('refuses a file over its byte limit without reading it', async () => {
     const err = await rejection(heicImage(new Uint8Array(65 * 1024 * 1024), { maxInputPixels: 1_000_000 }))
     expect(err.code).toBe('too-large')
   })
 })
 
-const API = '/api/storage'
 const ASSETS = '/assets/storage'
 const CONFIG = {
   domains: {
@@ -137,8 +155,9 @@ describe('HEIC photos through the handlers (sqlite, local store)', () => {
     await kit?.cleanup()
   })
 
-  it('passes the image filter as image/heic; a download answers the original bytes', async () => {
+  it('passes the image filter as image/heic with its media; a download answers the original bytes', async () => {
     expect(rec).toMatchObject({ fileType: 'image/heic', fileSize: PHOTO.length })
+    expect(rec.media).toMatchObject({ width: 640, height: 480, placeholder: expect.any(String) })
     const dl = await get(`/attach/download/${rec.id}`)
     expect(dl.status).toBe(200)
     expect(dl.headers.get('content-type')).toBe('image/heic')
