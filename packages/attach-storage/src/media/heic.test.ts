@@ -164,6 +164,21 @@ describe('HEIC photos through the handlers (sqlite, local store)', () => {
     expect(Buffer.from(await dl.arrayBuffer()).equals(PHOTO)).toBe(true)
   })
 
+  it('the dimension filter reads a HEIC header; a HEIC signature on bytes that are no HEIC fails the image filter', async () => {
+    const fake = Buffer.concat([PHOTO.subarray(0, 32), Buffer.alloc(2000, 7)])
+    const res = await kit.upload('/api/storage/attach/tmp', [
+      ['refDomain', 'demo'],
+      ['refCategory', 'image'],
+      ['filters', JSON.stringify({ dimension: { maxWidth: 600 } })],
+      ['file', heicBlob(PHOTO), 'wide.heic'],
+      ['file', heicBlob(fake), 'fake.heic'],
+    ])
+    expect(res.status).toBe(200)
+    const { files } = await res.json()
+    expect(files[0].error).toMatchObject({ code: 'dimension', message: expect.stringContaining('640×480') })
+    expect(files[1].error).toMatchObject({ code: 'type', message: expect.stringContaining('fake.heic is not an image') })
+  })
+
   it('a view answers a JPEG (or the asked format); resizes, cover crops and named variants too', async () => {
     const view = await get(`/attach/view/${rec.id}`)
     expect(view.status).toBe(200)
