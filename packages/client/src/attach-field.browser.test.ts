@@ -52,7 +52,7 @@ it('<attach-field> shows each saved image’s placeholder until its thumbnail ha
   const held: Route[] = []
   await page.route('**/attach/view/**', (route) => void held.push(route))
   await setSaved(page, records)
-  await expect.poll(() => held.length).toBe(3)
+  await expect.poll(() => held.length, { timeout: 30_000 }).toBe(3)
   expect(held.map((r) => new URL(r.request().url()).search)).toEqual(['?w=96&h=96', '?w=96&h=96', '?w=96&h=96'])
   expect(await pictures(page)).toEqual(
     Array(3).fill({ tag: 'img', text: '', loaded: false, background: 'url("data:image/png;base64,', naturalWidth: 0 }),
@@ -61,7 +61,9 @@ it('<attach-field> shows each saved image’s placeholder until its thumbnail ha
 
   // Released: each thumbnail loads, and its placeholder goes.
   for (const route of held) await route.continue()
-  await expect.poll(() => pictures(page)).toEqual(Array(3).fill({ tag: 'img', text: '', loaded: true, background: '', naturalWidth: 96 }))
+  await expect
+    .poll(() => pictures(page), { timeout: 30_000 })
+    .toEqual(Array(3).fill({ tag: 'img', text: '', loaded: true, background: '', naturalWidth: 96 }))
   await page.locator('attach-field').screenshot({ path: join(ARTIFACTS, 'field-loaded.png') })
   await page.close()
 })
