@@ -142,10 +142,16 @@ describe('the board page', () => {
     // Submit: the post's page shows each attachment with its name, in the chosen order.
     await page.click('#new-post button[type=submit]')
     await page.waitForURL(/#\/post\/\d+$/)
+    // The post's page shows its pictures first, then the other files, each in its category's order
+    // (the domain's categories in order: default, image).
     const order = () => page.locator('#attachments a.view').allTextContents()
-    // The post's page lists its categories in the domain's order (default, image), each in its own order.
-    const expected = ['sea.png', 'notes.txt', 'report.csv', 'green.png', 'red.png']
+    const expected = ['sea.png', 'green.png', 'red.png', 'notes.txt', 'report.csv']
     await expect.poll(order).toEqual(expected)
+    expect(await page.locator('#attachments li[data-category=default] a.view').allTextContents()).toEqual([
+      'sea.png',
+      'notes.txt',
+      'report.csv',
+    ])
     expect(await page.locator('#attachments img').evaluateAll((imgs) => imgs.map((i) => (i as HTMLImageElement).alt))).toEqual([
       'sea.png',
       'green.png',
@@ -155,7 +161,7 @@ describe('the board page', () => {
     await expect
       .poll(() => page.locator('#attachments img').evaluateAll((imgs) => imgs.every((i) => (i as HTMLImageElement).naturalWidth > 0)))
       .toBe(true)
-    expect(await page.locator('#attachments img').first().getAttribute('src')).toMatch(/\/assets\/storage\/attach\/view\/\d+\?w=320&h=320$/)
+    expect(await page.locator('#attachments img').first().getAttribute('src')).toMatch(/\/assets\/storage\/attach\/view\/\d+\?w=640&h=640$/)
     await snap(page, 'post')
     await page.reload()
     await expect.poll(order).toEqual(expected)
@@ -180,10 +186,17 @@ describe('the board page', () => {
     await expect.poll(() => rows(page, editFiles)).toEqual(['report.csv:saved', 'sea.png:saved', 'later.txt:done'])
     await snap(page, 'editing')
     await page.click('#edit-post-form button[type=submit]')
-    const edited = ['report.csv', 'sea.png', 'later.txt', 'green.png', 'red.png']
+    const edited = ['sea.png', 'green.png', 'red.png', 'report.csv', 'later.txt']
     await expect.poll(order).toEqual(edited)
     await page.reload()
     await expect.poll(order).toEqual(edited)
+    // The stored order of the default category: report.csv moved before sea.png.
+    const stored = await page.evaluate(async (id) => {
+      const { token } = await (await fetch('/page/dev-token')).json()
+      const res = await fetch(`/api/storage/attach/board/${id}/default`, { headers: { authorization: `Bearer ${token}` } })
+      return ((await res.json()).default as { displayName: string }[]).map((r) => r.displayName)
+    }, page.url().split('/').pop()!)
+    expect(stored).toEqual(['report.csv', 'sea.png', 'later.txt'])
     await snap(page, 'edited')
 
     // The board lists the post with a thumbnail.

@@ -226,8 +226,14 @@ export async function createReference(env: ServerEnv = process.env, logger: Logg
     resumable: { enabled: true },
     domains: {
       demo: { categories: { default: {}, image: { filters: ['image'] }, private: {} } },
-      // Each board image gets a 320-pixel WebP thumbnail, made in the background after its save (docs/variants.md).
-      board: { categories: { default: {}, image: { filters: ['image'], variants: { thumb: { w: 320, h: 320, format: 'webp' } } } } },
+      // Each board image gets a 320-pixel WebP thumbnail and two widths for the page's srcset, made in the
+      // background after its save (docs/variants.md; the page's BOARD_IMAGE_VARIANTS mirrors them).
+      board: {
+        categories: {
+          default: {},
+          image: { filters: ['image'], variants: { thumb: { w: 320, h: 320, format: 'webp' }, medium: { w: 960 }, large: { w: 1920 } } },
+        },
+      },
     },
   }
   if (env.ATTACH_CDN_URL) settings.cdnUrl = env.ATTACH_CDN_URL

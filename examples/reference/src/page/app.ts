@@ -3,8 +3,22 @@
  * hands one out, else a token the user pastes), posts the `#new-post` form with its attachments, lists
  * the posts with paging, and shows, edits and deletes one post. Routes are the URL's hash: `#/`,
  * `#/?page=N`, `#/post/{id}`.
+ *
+ * Pictures: each shows its ThumbHash placeholder until it has loaded, carries width and height from the
+ * record's `media` (the layout does not jump), and a `srcset` of the category's named variants once they
+ * are made. A post opens with a cover crop of its first picture; clicking a picture in the edit view sets
+ * its focus (PUT), which cover crops keep in.
  */
-import { AttachClient, type AttachBag, type AttachContainer, type AttachmentView, mergeContainers } from '@attach-storage/client'
+import {
+  AttachClient,
+  type AttachBag,
+  type AttachContainer,
+  type AttachmentView,
+  mergeContainers,
+  placeholderDataUrl,
+  srcsetOf,
+  type VariantBox,
+} from '@attach-storage/client'
 import { AttachField, defineAttachField } from '@attach-storage/client/element'
 
 interface Post {
@@ -105,6 +119,71 @@ async function submitNew(e: SubmitEvent) {
   }
 }
 
+/** The named variants of the board's `image` category, as src/reference.ts declares them (srcsetOf reads their boxes). */
+const BOARD_IMAGE_VARIANTS: Record<string, VariantBox> = {
+  thumb: { w: 320, h: 320, format: 'webp' },
+  medium: { w: 960 },
+  large: { w: 1920 },
+}
+
+/** A picture the browser can show once the server has converted it (HEIC answers JPEG on views and resizes). */
+const isPicture = (r: AttachmentView) => r.fileType.startsWith('image/')
+
+type Box = { w: number; h: number }
+
+/** A resized view's address: inside the box, or the exact box cropped around the record's focus (`cover`). */
+function resizedUrl(r: AttachmentView, box: Box, cover = false): string {
+  const url = client.viewUrl(r.id, box)
+  if (!cover) return url
+  // `v` only keys the browser's cache: a changed focus makes a new crop at the same server address.
+  const focus = r.focus ? `&v=${r.focus.x},${r.focus.y}` : ''
+  return `${url}&fit=cover${focus}`
+}
+
+/** The size a picture of the record's `media` takes inside `box` (never larger), for width and height attributes. */
+function fitted(r: AttachmentView, box: Box): Box | undefined {
+  const m = r.media && 'width' in r.media ? r.media : undefined
+  if (!m?.width || !m.height) return undefined
+  const scale = Math.min(1, box.w / m.width, box.h / m.height)
+  return { w: Math.max(1, Math.round(m.width * scale)), h: Math.max(1, Math.round(m.height * scale)) }
+}
+
+/**
+ * An `<img>` of a picture record: the resized `src`, width and height (the box for a cover crop, else the
+ * picture fitted into it), the ThumbHash placeholder as its background until the file has loaded
+ * (class `placeholder`), and with `sizes` a srcset of the named variants (only once at least two of them
+ * are made: a lone candidate would be the original).
+ */
+function picture(r: AttachmentView, box: Box, options: { cover?: boolean; sizes?: string } = {}): HTMLImageElement {
+  const img = h('img', { alt: r.displayName, title: r.displayName, decoding: 'async' })
+  const size = options.cover ? box : fitted(r, box)
+  if (size) {
+    img.width = size.w
+    img.height = size.h
+  }
+  const placeholder = placeholderDataUrl(r)
+  if (placeholder) {
+    img.classList.add('placeholder')
+    img.style.backgroundImage = `url("${placeholder}")`
+    if (options.cover && r.focus) img.style.backgroundPosition = `${r.focus.x * 100}% ${r.focus.y * 100}%`
+    img.addEventListener(
+      'load',
+      () => {
+        img.classList.remove('placeholder')
+        img.style.backgroundImage = ''
+      },
+      { once: true },
+    )
+  }
+  const srcset = options.sizes ? srcsetOf(r, { boxes: BOARD_IMAGE_VARIANTS }) : ''
+  if (srcset.includes(',')) {
+    img.sizes = options.sizes!
+    img.srcset = srcset
+  }
+  img.src = resizedUrl(r, box, options.cover)
+  return img
+}
+
 const attachmentsOf = (bag: AttachBag | undefined): AttachmentView[] =>
   Object.entries(bag ?? {})
     .filter(([k, v]) => k !== 'refDomain' && Array.isArray(v))
@@ -129,10 +208,8 @@ async function showBoard(page: number) {
   list.replaceChildren(
     ...posts.map((p) => {
       const mine = files.get(String(p.id)) ?? []
-      const image = mine.find((r) => r.fileType.startsWith('image/'))
-      const thumb = image
-        ? h('img', { src: client.viewUrl(image.id, { w: 128, h: 128 }), alt: image.displayName, loading: 'lazy' })
-        : h('span', { className: 'none' }, 'no image')
+      const image = mine.find(isPicture)
+      const thumb = image ? picture(image, { w: 128, h: 128 }, { cover: true }) : h('span', { className: 'none' }, 'no image')
       return h(
         'li',
         {},
@@ -158,27 +235,26 @@ async function showBoard(page: number) {
   )
 }
 
+/** The post's attachments: its pictures first (a gallery, each category in its order), then its other files. */
 function attachmentList(post: Post) {
   const ul = h('ul', { className: 'attachments', id: 'attachments' })
-  for (const r of attachmentsOf(post.attachContainer)) {
+  const all = attachmentsOf(post.attachContainer)
+  for (const r of [...all.filter(isPicture), ...all.filter((r) => !isPicture(r))]) {
     const view = client.viewUrl(r.id)
-    const visual = r.fileType.startsWith('image/')
-      ? h(
-          'a',
-          { href: view, target: '_blank' },
-          h('img', { src: client.viewUrl(r.id, { w: 320, h: 320 }), alt: r.displayName, title: r.displayName }),
-        )
-      : h('span', {})
-    ul.append(
-      h(
-        'li',
-        {},
-        visual,
-        h('a', { href: view, target: '_blank', className: 'view' }, r.displayName),
-        h('a', { href: client.viewUrl(r.id, { download: true }), className: 'download', download: r.displayName }, 'Download'),
-        h('span', { className: 'meta' }, `${r.refCategory} · ${r.fileType}`),
-      ),
+    const m = r.media && 'width' in r.media && r.media.width ? `${r.media.width}×${r.media.height}` : undefined
+    const visual = isPicture(r)
+      ? h('a', { href: view, target: '_blank' }, picture(r, { w: 640, h: 640 }, { sizes: '(max-width: 600px) 100vw, 270px' }))
+      : h('span', { className: 'file' }, (r.displayName.split('.').pop() ?? '').slice(0, 4).toUpperCase() || 'FILE')
+    const li = h(
+      'li',
+      { className: isPicture(r) ? 'picture' : 'other' },
+      visual,
+      h('a', { href: view, target: '_blank', className: 'view' }, r.displayName),
+      h('a', { href: client.viewUrl(r.id, { download: true }), className: 'download', download: r.displayName }, 'Download'),
+      h('span', { className: 'meta' }, [r.refCategory, r.fileType, m].filter(Boolean).join(' · ')),
     )
+    li.dataset.category = r.refCategory
+    ul.append(li)
   }
   if (!ul.children.length) ul.append(h('li', {}, 'No attachments.'))
   return ul
@@ -224,8 +300,12 @@ async function showPost(id: string) {
     }
   })
   edit.addEventListener('click', () => view.replaceChildren(editForm(post)))
+  const first = all.find(isPicture)
+  const cover = first ? picture(first, { w: 800, h: 300 }, { cover: true }) : undefined
+  cover?.setAttribute('id', 'post-cover')
   view.replaceChildren(
     h('p', {}, h('a', { href: '#/' }, '← Board')),
+    ...(cover ? [cover] : []),
     h('h2', { id: 'post-title' }, post.title),
     h('p', { className: 'meta' }, `#${post.id} · by user ${post.createdBy} · ${new Date(post.createdDt).toLocaleString()}`),
     h('p', { className: 'body' }, post.body),
@@ -257,6 +337,7 @@ function editForm(post: Post): HTMLFormElement {
     h('label', {}, 'Text ', body),
     field('image', 'Images'),
     field('default', 'Files'),
+    ...focusPicker(post),
     h('div', { className: 'row' }, h('button', { type: 'submit' }, 'Save'), cancel, status),
   )
   form.addEventListener('submit', async (e) => {
@@ -271,6 +352,70 @@ function editForm(post: Post): HTMLFormElement {
     }
   })
   return form
+}
+
+/**
+ * The edit view's focus points: each picture of the post, a marker at its focus, and two cover crops made
+ * around it. A click on a picture sets the focus there (0..1 from the top left of the picture as shown),
+ * saved at once through the JSON group's PUT; the crops then load again.
+ */
+function focusPicker(post: Post): HTMLElement[] {
+  const pictures = attachmentsOf(post.attachContainer).filter(isPicture)
+  if (!pictures.length) return []
+  const list = h('ul', { id: 'focus-list', className: 'focus-list' })
+  for (const r of pictures) {
+    const img = picture(r, { w: 400, h: 300 })
+    const marker = h('span', { className: 'marker' })
+    marker.setAttribute('aria-hidden', 'true')
+    const wide = picture(r, { w: 320, h: 120 }, { cover: true })
+    wide.classList.add('cover-wide')
+    const square = picture(r, { w: 120, h: 120 }, { cover: true })
+    square.classList.add('cover-square')
+    const status = h('span', { className: 'meta', role: 'status' })
+    const show = () => {
+      marker.hidden = !r.focus
+      if (r.focus) {
+        marker.style.left = `${r.focus.x * 100}%`
+        marker.style.top = `${r.focus.y * 100}%`
+      }
+      status.textContent = r.focus
+        ? `Focus ${r.focus.x.toFixed(2)}, ${r.focus.y.toFixed(2)}`
+        : 'No focus: cover crops keep the busiest region'
+    }
+    show()
+    img.addEventListener('click', async (e) => {
+      const box = img.getBoundingClientRect()
+      const at = (v: number) => Math.round(Math.min(1, Math.max(0, v)) * 1000) / 1000
+      const focus = { x: at((e.clientX - box.left) / box.width), y: at((e.clientY - box.top) / box.height) }
+      status.textContent = 'Saving the focus…'
+      try {
+        await api('PUT', client.api('/attach/'), [{ id: r.id, focus }])
+        r.focus = focus
+        show()
+        wide.src = resizedUrl(r, { w: 320, h: 120 }, true)
+        square.src = resizedUrl(r, { w: 120, h: 120 }, true)
+      } catch (err) {
+        statusText(status, (err as Error).message, true)
+      }
+    })
+    const li = h(
+      'li',
+      { className: 'focus-item' },
+      h('div', { className: 'focus-picture' }, img, marker),
+      h('div', { className: 'focus-crops' }, wide, square, status),
+    )
+    li.dataset.id = String(r.id)
+    list.append(li)
+  }
+  return [
+    h(
+      'fieldset',
+      { className: 'focus' },
+      h('legend', {}, 'Focus points'),
+      h('p', { className: 'meta' }, 'Click a picture where its subject is: cover crops keep that point in the box (saved at once).'),
+      list,
+    ),
+  ]
 }
 
 async function route() {
