@@ -59,5 +59,7 @@ it('<attach-field> shows a chosen HEIC photo as its name and icon, a saved one a
   expect(failed).toEqual([])
   expect(await imgs()).toEqual([expect.stringContaining(`/attach/view/${record.id}?w=96&h=96`)])
   await page.locator('attach-field').screenshot({ path: join(ARTIFACTS, 'field-heic.png') })
+  // Under the reference server's Content-Security-Policy: no violation, no script error.
+  expect(pages.problems).toEqual([])
   await page.close()
 })

@@ -65,5 +65,7 @@ it('<attach-field> shows each saved image’s placeholder until its thumbnail ha
     .poll(() => pictures(page), { timeout: 30_000 })
     .toEqual(Array(3).fill({ tag: 'img', text: '', loaded: true, background: '', naturalWidth: 96 }))
   await page.locator('attach-field').screenshot({ path: join(ARTIFACTS, 'field-loaded.png') })
+  // Under the reference server's Content-Security-Policy: no violation, no script error.
+  expect(pages.problems).toEqual([])
   await page.close()
 })

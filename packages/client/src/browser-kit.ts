@@ -1,7 +1,7 @@
 /**
  * For this package's browser tests (not shipped): a page with one `<attach-field>` loading the browser
  * bundle (src/browser.ts, built as build-browser.mjs builds it), served beside attach-storage's handlers
- * ({@link startTestServer}), and Debian's Chromium driven by playwright-core with the flags the
+ * ({@link startTestServer}) under the reference server's Content-Security-Policy (nothing inline), and Debian's Chromium driven by playwright-core with the flags the
  * reference server's browser tests use.
  */
 import { mkdtempSync, rmSync } from 'node:fs'
@@ -21,19 +21,25 @@ export const ARTIFACTS = fileURLToPath(new URL('../test-artifacts/', import.meta
 
 export interface FieldPages {
   srv: TestServer
+  /** What the page reported: console errors (a CSP violation among them) and uncaught exceptions. */
+  problems: string[]
   /** Opens the page (a field `name="attachContainer" domain="demo" category="photo" accept="image/*"`, signed in). */
   open(): Promise<Page>
   close(): Promise<void>
 }
 
-const PAGE = (token: string) => `<!doctype html><html><head><meta charset="utf-8"><title>field</title></head>
-<body style="font-family:sans-serif;width:520px;padding:12px">
+const PAGE = `<!doctype html><html><head><meta charset="utf-8"><title>field</title></head>
+<body>
 <form><attach-field name="attachContainer" domain="demo" category="photo" accept="image/*"></attach-field></form>
-<script type="module">
-  import { AttachClient } from '/bundle.js'
-  document.querySelector('attach-field').client = new AttachClient({ token: ${JSON.stringify(token)} })
-  window.ready = true
-</script></body></html>`
+<script type="module" src="/page.js"></script></body></html>`
+
+/** The page's script: hands the field a client with the token. */
+const SCRIPT = (token: string) => `import { AttachClient } from '/bundle.js'
+document.querySelector('attach-field').client = new AttachClient({ token: ${JSON.stringify(token)} })
+window.ready = true`
+
+/** The reference server's policy: nothing inline, pictures from the server, blob: and data: URLs. */
+const CSP = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' blob: data:"
 
 /** The server (category `photo` of domain `demo`, an image filter), the page and a browser. */
 export async function startFieldPages(): Promise<FieldPages> {
@@ -49,7 +55,9 @@ export async function startFieldPages(): Promise<FieldPages> {
   const js = bundle.outputFiles[0]!.contents
   const attach = createNodeHandler(srv.handler.fetch)
   const http = createServer((req, res) => {
-    if (req.url === '/') res.writeHead(200, { 'content-type': 'text/html; charset=utf-8' }).end(PAGE(srv.token))
+    if (req.url === '/') res.writeHead(200, { 'content-type': 'text/html; charset=utf-8', 'content-security-policy': CSP }).end(PAGE)
+    else if (req.url === '/page.js') res.writeHead(200, { 'content-type': 'text/javascript' }).end(SCRIPT(srv.token))
+    else if (req.url === '/favicon.ico') res.writeHead(204).end()
     else if (req.url === '/bundle.js') res.writeHead(200, { 'content-type': 'text/javascript' }).end(js)
     else void attach(req, res)
   })
@@ -80,10 +88,16 @@ export async function startFieldPages(): Promise<FieldPages> {
     throw err
   }
   const browser = context
+  const problems: string[] = []
   return {
     srv,
+    problems,
     async open() {
       const page = await browser.newPage()
+      page.on('console', (m) => {
+        if (m.type() === 'error') problems.push(m.text())
+      })
+      page.on('pageerror', (e) => problems.push(e.message))
       await page.goto(base)
       await page.waitForFunction(() => (window as unknown as { ready?: boolean }).ready === true)
       return page
