@@ -113,7 +113,9 @@ describe('HEIC decoding (libheif in WebAssembly, in a worker)', () => {
     expect(cut).toEqual({ media: null, problem: expect.stringMatching(/^HEIC: .*(end of file|bounds)/i) })
     const bomb = await explainImage(claimSize(PHOTO, 100_000, 100_000), 'image/heic', limits)
     expect(bomb).toEqual({ media: null, problem: expect.stringContaining('100000×100000 is more than 100000000 pixels') })
-    const jpeg = await sharp({ create: { width: 400, height: 300, channels: 3, noise: { type: 'gaussian', mean: 128, sigma: 40 } } })
+    const jpeg = await sharp({
+      create: { width: 400, height: 300, channels: 3, background: '#808080', noise: { type: 'gaussian', mean: 128, sigma: 40 } },
+    })
       .jpeg()
       .toBuffer()
     const cutJpeg = await explainImage(jpeg.subarray(0, jpeg.length >> 1), 'image/jpeg', limits)
@@ -177,6 +179,27 @@ describe('HEIC photos through the handlers (sqlite, local store)', () => {
     const { files } = await res.json()
     expect(files[0].error).toMatchObject({ code: 'dimension', message: expect.stringContaining('640×480') })
     expect(files[1].error).toMatchObject({ code: 'type', message: expect.stringContaining('fake.heic is not an image') })
+  })
+
+  it('a temporary HEIC shows before it is saved: its view answers a JPEG made on the fly and not stored', async () => {
+    const up = await kit.upload('/api/storage/attach/tmp', [
+      ['refDomain', 'demo'],
+      ['refCategory', 'image'],
+      ['file', heicBlob(PHOTO), 'picked.heic'],
+    ])
+    const { name } = (await up.json()).files[0]
+    const temp = (action: string, query = '') => get(`/attach-temp/${action}/demo/image/${name}${query}`)
+    const small = await temp('view', '?w=300')
+    expect(small.status).toBe(200)
+    expect(small.headers.get('content-type')).toBe('image/jpeg')
+    expect(await image(small)).toMatchObject({ format: 'jpeg', width: 300, height: 225 })
+    const whole = await temp('view')
+    expect(await image(whole)).toMatchObject({ format: 'jpeg', width: 640, height: 480 })
+    const dl = await temp('download')
+    expect(dl.headers.get('content-type')).toBe('image/heic')
+    expect(Buffer.from(await dl.arrayBuffer()).equals(PHOTO)).toBe(true)
+    // Nothing beside the temporary file and its sidecar was written.
+    expect((await kit.files()).filter((f) => f.includes(name)).length).toBeLessThanOrEqual(2)
   })
 
   it('a view answers a JPEG (or the asked format); resizes, cover crops and named variants too', async () => {

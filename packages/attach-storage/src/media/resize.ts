@@ -160,6 +160,8 @@ export interface VariantOptions {
    * folder (the one `key` is in).
    */
   storedFile?: { id: string; variantFolders(): Promise<string[] | undefined> }
+  /** Never stored (a temporary file's picture): made, served and kept in memory like a size past `maxVariants`. */
+  unstored?: boolean
 }
 
 /** How a shared generation ended, for each caller to take in its own way. */
@@ -307,7 +309,7 @@ export class Resizer {
         const started = performance.now()
         observe?.resizeQueue(this.#limit.activeCount, this.#limit.pendingCount)
         try {
-          return await this.#make(store, originalKey, key, type, r, options.storedFile, originalType)
+          return await this.#make(store, originalKey, key, type, r, options.unstored ? 'unstored' : options.storedFile, originalType)
         } finally {
           observe?.resize((performance.now() - started) / 1000)
           // This one still counts as running until it returns.
@@ -441,11 +443,12 @@ export class Resizer {
     key: string,
     type: string,
     r: ResizeRequest,
-    storedFile: VariantOptions['storedFile'],
+    storedFile: VariantOptions['storedFile'] | 'unstored',
     originalType: string,
   ): Promise<Variant | undefined> {
-    // The stored file's stored-variant count is read while the image is decoded.
-    const slotsReady = this.#slotsOf(store, key.slice(0, key.lastIndexOf('/') + 1), storedFile)
+    // The stored file's stored-variant count is read while the image is decoded (none: never stored).
+    const slotsReady =
+      storedFile === 'unstored' ? Promise.resolve(undefined) : this.#slotsOf(store, key.slice(0, key.lastIndexOf('/') + 1), storedFile)
     const limits = { limitInputPixels: this.#options.maxInputPixels }
     // A local original is read by path. A remote one is first asked for its head only; when it needs a
     // resize it is spooled to a temporary file: the decoder seeks in a file instead of buffering a stream.

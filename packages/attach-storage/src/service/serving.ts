@@ -204,10 +204,14 @@ export function deliveryOf(ctx: ServiceContext, store: Store, key: string, categ
   }
 }
 
-/** Resolves a temporary file for preview (synthetic file description; no resizing). */
+/**
+ * Resolves a temporary file for preview (synthetic file description; no resizing), but for a HEIC
+ * photo's view (`shown`): a JPEG (or the asked format) made on the fly, bounded like every resize, kept
+ * in memory for a while and never stored, so a picked iPhone photo shows before it is saved.
+ */
 export async function resolveTemporary(
   ctx: ServiceContext,
-  input: { refDomain: string; refCategory: string; savedName: string },
+  input: { refDomain: string; refCategory: string; savedName: string; shown?: ResizeRequest },
   access: AccessContext,
 ): Promise<ServeTarget> {
   const { refDomain, refCategory, savedName } = input
@@ -217,6 +221,27 @@ export async function resolveTemporary(
   if (!meta || meta.refDomain !== refDomain || meta.refCategory !== refCategory) throw notFound('No such temporary file')
   if (!(await mayReadTemporary(ctx, access, category, meta))) throw forbidden()
   const stat = await ctx.stores.tmpStore.stat(tmpKey(savedName))
+  const shown = input.shown
+  if (shown && isHeic(meta.type) && shown.variant === undefined) {
+    const key = `${tmpKey(savedName)}_v/${variantSegment(shown)}`
+    const onError = (err: unknown) => ctx.logger.warn(`attach-storage: temporary file ${savedName} could not be shown`, err)
+    const v = await ctx.resizer.variant(ctx.stores.tmpStore, tmpKey(savedName), key, meta.type, shown, onError, { unstored: true })
+    if (v?.bytes) {
+      return {
+        store: ctx.stores.tmpStore,
+        key,
+        displayName: variantName(meta.displayName, shown, meta.type),
+        fileType: v.type,
+        fileSize: v.size,
+        etag: `${meta.sha256}-${variantSegment(shown)}`,
+        lastModified: stat.lastModified,
+        cache: 'immutable',
+        private: true,
+        vary: shown.negotiated ? 'Accept' : undefined,
+        bytes: v.bytes,
+      }
+    }
+  }
   return {
     store: ctx.stores.tmpStore,
     key: tmpKey(savedName),

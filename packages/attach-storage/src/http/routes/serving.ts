@@ -122,11 +122,15 @@ export const servingRoutes: Route[] = [
     method: 'GET',
     path: 'attach-temp/:action/:refDomain/:refCategory/:savedName',
     params: v.object({ action: ActionSchema, refDomain: Part, refCategory: Part, savedName: Part }),
-    handle: async ({ params }, { storage, ctx, access, request }) => {
+    query: ResizeQuerySchema,
+    handle: async ({ params, query }, { storage, ctx, access, request }) => {
       const { action, ...file } = params
       // A guarded temporary file is its uploader's only: who asks, as the request's token says.
       const user = access.user ?? (await callerOf(storage.authenticate, request))
-      return serveFile(request, await serving.resolveTemporary(ctx, file, { ...access, user }), action)
+      // A HEIC photo's view answers a picture browsers show (within w/h when asked); nothing else is resized.
+      const accept = request.headers.get('accept')
+      const shown = action === 'view' && query.variant === undefined ? (resizeOf(query, accept) ?? shownOf(query, accept)) : undefined
+      return serveFile(request, await serving.resolveTemporary(ctx, { ...file, shown }, { ...access, user }), action)
     },
   }),
   defineRoute({
