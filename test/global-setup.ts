@@ -128,6 +128,8 @@ function missingPackages(): Array<{ name: string; why: string }> {
   if (!existsSync('/usr/sbin/lighttpd')) missing.push({ name: 'lighttpd', why: 'lighttpd (/usr/sbin/lighttpd), the X-Sendfile tests' })
   // examples/hono-app/test/direct-uploads.test.ts drives Debian's Chromium with playwright-core.
   if (!existsSync('/usr/bin/chromium')) missing.push({ name: 'chromium', why: 'Chromium (/usr/bin/chromium), the browser upload tests' })
+  // packages/attach-storage/src/testing/clamd-kit.ts starts clamd for the virus-scanning tests.
+  if (!existsSync('/usr/sbin/clamd')) missing.push({ name: 'clamav-daemon', why: 'clamd (/usr/sbin/clamd), the virus-scanning tests' })
   if (findOnPath('python3') === undefined) missing.push({ name: 'python3', why: 'python3 (the ZIP tests read archives with zipfile)' })
   // examples/hono-app/test/resumable-browser.test.ts drives Debian's Chromium with playwright-core.
   if (!existsSync('/usr/bin/chromium')) missing.push({ name: 'chromium', why: 'Chromium (/usr/bin/chromium), the browser upload tests' })

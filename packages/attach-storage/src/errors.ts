@@ -33,6 +33,8 @@ export type HostFilterCode = string & { readonly [hostFilterCode]: true }
  *   refusal, as `attach-storage/node` reports it.
  *
  * Filters (400): `size`, `dimension`, `type` (the built-in filters), or a {@link HostFilterCode}.
+ * Scanning (a category's `scan`): `infected`, the item's error when clamd found a signature in the file;
+ * `scan-unavailable` (503), clamd could not be reached or gave no verdict.
  *
  * Server side:
  * - `busy` (503, with `Retry-After`): too many resizes or ZIP downloads at once.
@@ -54,6 +56,7 @@ export type AttachErrorCode =
   | 'conflict'
   | 'forbidden'
   | 'headers-too-large'
+  | 'infected'
   | 'internal-error'
   | 'length-required'
   | 'method-not-allowed'
@@ -67,6 +70,7 @@ export type AttachErrorCode =
   | 'range-not-satisfiable'
   | 'request-timeout'
   | 'saved-already'
+  | 'scan-unavailable'
   | 'size-not-allowed'
   | 'store-failure'
   | 'too-large'

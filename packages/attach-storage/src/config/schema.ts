@@ -91,6 +91,20 @@ export const NamedVariantsSchema = v.pipe(
   v.check((x) => Object.keys(x).length <= MAX_NAMED_VARIANTS, `at most ${MAX_NAMED_VARIANTS} named variants per category`),
 )
 
+/** A category's `scan` setting: where clamd listens and what a failed scan does. */
+export const ScanSchema = v.object({
+  /** `tcp://host:port` or `unix:/path/to/clamd.ctl`. */
+  clamd: v.pipe(
+    v.string(),
+    v.regex(/^(tcp:\/\/(\[[0-9a-fA-F:.]+\]|[^:/\s[\]]+):\d{1,5}\/?|unix:\/.+)$/, 'must be tcp://host:port or unix:/path'),
+  ),
+  /** `refuse`: no verdict answers 503 `scan-unavailable`; `accept`: the file is kept and a warning logged. @default 'refuse' */
+  onError: v.optional(v.picklist(['refuse', 'accept'], 'must be refuse or accept'), 'refuse'),
+})
+
+/** A category's scan setting as parsed. */
+export type ScanSetting = v.InferOutput<typeof ScanSchema>
+
 const CategorySchema = v.object({
   /** The category's filter chain, run on every temporary and direct upload into it. */
   filters: v.optional(v.array(FilterSpecSchema), []),
@@ -133,6 +147,13 @@ const CategorySchema = v.object({
    * @default true
    */
   stripMetadata: v.optional(v.boolean(), true),
+  /**
+   * Every file uploaded into the category is streamed to ClamAV's clamd (INSTREAM) before it is kept
+   * (docs/scanning.md): a finding fails the item with `infected`; clamd unreachable answers 503
+   * `scan-unavailable`, or with `onError: 'accept'` keeps the file and logs a warning.
+   * @example { clamd: 'tcp://127.0.0.1:3310' }
+   */
+  scan: v.optional(ScanSchema),
 })
 
 const DomainSchema = v.object({

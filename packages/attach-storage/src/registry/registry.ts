@@ -5,6 +5,8 @@ import {
   type EntityChangeGuard,
   type FilterSpec,
   NamedVariantsSchema,
+  ScanSchema,
+  type ScanSetting,
   type SecureAccessFunction,
 } from '../config/schema.js'
 import { suggestion } from '../config/nearest.js'
@@ -24,6 +26,8 @@ export interface RegisteredCategory {
   variants: ReadonlyMap<string, NamedVariant>
   /** Stored JPEG, PNG and WebP originals lose their EXIF, XMP and IPTC (false: kept as uploaded). */
   stripMetadata: boolean
+  /** Where uploads of the category are scanned for viruses (clamd), and what a failed scan does; undefined: not scanned. */
+  scan?: ScanSetting
 }
 
 /** A named variant of a category: its box and output format (undefined: the original's). */
@@ -57,6 +61,8 @@ export interface CategoryOptions {
   variants?: Record<string, NamedVariant>
   /** Remove EXIF, XMP and IPTC from stored JPEG, PNG and WebP originals (default true). */
   stripMetadata?: boolean
+  /** Scan uploads with clamd before they are kept (docs/scanning.md). */
+  scan?: { clamd: string; onError?: 'refuse' | 'accept' }
 }
 
 /** What a domain is registered with. */
@@ -70,7 +76,7 @@ export interface DomainOptions {
 const NAME = /^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$/
 
 /** The options `registerCategory()` and `registerDomain()` know; any other key is refused. */
-const CATEGORY_KEYS = ['filters', 'secureAccess', 'sizes', 'allowRedirect', 'variants', 'stripMetadata']
+const CATEGORY_KEYS = ['filters', 'secureAccess', 'sizes', 'allowRedirect', 'variants', 'stripMetadata', 'scan']
 const DOMAIN_KEYS = ['store', 'dateField', 'mayChange']
 
 /** Refuses the first option key not in `known` (`config-invalid`), with the nearest known name. */
@@ -192,6 +198,7 @@ export class Registry {
       allowRedirect: options.allowRedirect === true,
       variants: namedVariants(`${domainName}.${name}`, options.variants),
       stripMetadata: options.stripMetadata !== false,
+      scan: scanSetting(`${domainName}.${name}`, options.scan),
     }
     domain.categories.set(name, category)
     return category
@@ -232,4 +239,12 @@ function namedVariants(where: string, input: Record<string, NamedVariant> | unde
   const result = v.safeParse(NamedVariantsSchema, input ?? {})
   if (!result.success) throw configError(`Category "${where}": ${describeIssue(result.issues[0], 'variants')}`)
   return new Map(Object.entries(result.output))
+}
+
+/** Checks a category's scan setting with the settings' own schema. */
+function scanSetting(where: string, input: CategoryOptions['scan']): ScanSetting | undefined {
+  if (input === undefined) return undefined
+  const result = v.safeParse(ScanSchema, input)
+  if (!result.success) throw configError(`Category "${where}": ${describeIssue(result.issues[0], 'scan')}`)
+  return result.output
 }

@@ -254,6 +254,7 @@ export class AttachStorage {
           allowRedirect: c.allowRedirect,
           variants: c.variants,
           stripMetadata: c.stripMetadata,
+          scan: c.scan,
         })
       }
     }

@@ -11,6 +11,7 @@ import type { ServiceContext } from './context.js'
 import { ingest } from './ingest.js'
 import { directSavedDir, generateSavedName, storeKey } from './layout.js'
 import { cleanDisplayName } from './names.js'
+import { scanReceived } from './scan-kept.js'
 import { admitUpload, releaseUploads, reserveUpload } from './quota.js'
 import { stripReceived } from './strip-kept.js'
 import { tmpKey, type TmpMeta, tmpMetaKey } from './temporary.js'
@@ -187,6 +188,8 @@ export async function keepTemporary(
   const { category, refDomain, refCategory, requestFilters } = target
   const checked = await screen(ctx, f, category, requestFilters)
   if ('error' in checked) return checked
+  const infected = await scanReceived(ctx, f, category)
+  if (infected) return infected
   const { type } = checked
   // Stored JPEG, PNG and WebP lose their EXIF, XMP and IPTC; f's size and sha256 become the stored bytes'.
   const stripError = await stripReceived(ctx, f, category, type)
@@ -269,6 +272,11 @@ export async function completeDirectUpload(
       const checked = await screen(ctx, f, category, requestFilters)
       if ('error' in checked) {
         items.push(checked)
+        continue
+      }
+      const infected = await scanReceived(ctx, f, category)
+      if (infected) {
+        items.push(infected)
         continue
       }
       const { type } = checked

@@ -1,0 +1,68 @@
+/** Scanning a received file with ClamAV's clamd before it is kept (a category's `scan`, media/clamd.ts). */
+import { AttachStorageError } from '../errors.js'
+import { ClamdError, clamdScan } from '../media/clamd.js'
+import type { RegisteredCategory } from '../registry/registry.js'
+import type { ServiceContext } from './context.js'
+import { releaseUploads } from './quota.js'
+import { tmpKey, tmpMetaKey } from './temporary.js'
+import type { ReceivedFile } from './types.js'
+
+/** The refusal item of a file that is not kept. */
+type Refusal = { displayName: string; size: number; error: { code: string; message: string } }
+
+/**
+ * Streams a received file (in the temporary area) to its category's clamd, when the category scans.
+ * Answers nothing for a clean file (or, with `onError: 'accept'`, one clamd gave no verdict on: logged),
+ * or the refusal item of an infected one (`infected`, naming the signature) or of one over clamd's
+ * `StreamMaxLength` (`too-large`), its file removed and its quota freed. With no verdict, removes the file
+ * and throws a 503 `scan-unavailable` whose message says what went wrong (never clamd's address).
+ */
+export async function scanReceived(ctx: ServiceContext, f: ReceivedFile, category: RegisteredCategory): Promise<Refusal | undefined> {
+  const scan = category.scan
+  if (!scan) return undefined
+  let refusal: Refusal
+  try {
+    const source = (await ctx.stores.tmpStore.get(tmpKey(f.name))) as AsyncIterable<Uint8Array>
+    const verdict = await clamdScan(source, { address: scan.clamd })
+    if (!verdict.infected) return undefined
+    ctx.logger.warn(`attach-storage: ${f.displayName} (${f.name}) is infected: ${verdict.signature}; not kept`)
+    refusal = error(f, 'infected', `${f.displayName} is infected: ${verdict.signature}`)
+  } catch (err) {
+    if (!(err instanceof ClamdError)) {
+      await discard(ctx, f)
+      throw err
+    }
+    if (scan.onError === 'accept') {
+      ctx.logger.warn(`attach-storage: ${f.displayName} (${f.name}) kept unscanned (scan.on-error: accept): ${err.message} [${scan.clamd}]`)
+      return undefined
+    }
+    if (err.failure === 'size-limit') {
+      refusal = error(f, 'too-large', `${f.displayName} is larger than the virus scanner accepts (clamd's StreamMaxLength)`)
+    } else {
+      ctx.logger.error(`attach-storage: the virus scan of ${f.name} failed [${scan.clamd}]:`, err)
+      await discard(ctx, f)
+      throw new AttachStorageError('scan-unavailable', `The virus scanner is unavailable: ${err.message}`, {
+        status: 503,
+        cause: err,
+        headers: { 'retry-after': '30' },
+      })
+    }
+  }
+  await discard(ctx, f)
+  return refusal
+}
+
+const error = (f: ReceivedFile, code: string, message: string): Refusal => ({
+  displayName: f.displayName,
+  size: f.size,
+  error: { code, message },
+})
+
+/** Removes the file and any sidecar, and frees its quota reservation. */
+async function discard(ctx: ServiceContext, f: ReceivedFile): Promise<void> {
+  const tmp = ctx.stores.tmpStore
+  await Promise.all([tmp.delete(tmpKey(f.name)), tmp.delete(tmpMetaKey(f.name))]).catch((err) =>
+    ctx.logger.warn('attach-storage: could not remove temporary files', err),
+  )
+  await releaseUploads(ctx, [f.name])
+}
