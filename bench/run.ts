@@ -21,6 +21,7 @@ import { copyStoreBench, verifyBench } from './scenarios/cli.js'
 import { adaptersBench, listBench, s3Bench } from './scenarios/hooks.js'
 import { heicBench } from './scenarios/heic.js'
 import { hostileBench } from './scenarios/hostile.js'
+import { photosBench } from './scenarios/photos.js'
 import { resizeBench } from './scenarios/resize.js'
 import { smallViewsBench } from './scenarios/small-views.js'
 import { tusBench } from './scenarios/tus.js'
@@ -40,6 +41,7 @@ const SCENARIOS: Scenario[] = [
   { name: 'view', title: 'view of a large file', run: viewBench },
   { name: 'views-50k', title: '50 KB views per second (wrk)', run: smallViewsBench },
   { name: 'resize', title: 'resize placeholders against sharp', run: resizeBench },
+  { name: 'photos', title: 'analysis and metadata stripping of a 12 MP JPEG upload', run: photosBench },
   { name: 'heic', title: 'a 12 MP HEIC photo to an 800 px JPEG against heif-convert + sharp, and its memory', run: heicBench },
   { name: 'zip', title: 'ZIP of 200 files against archiver', run: zipBench },
   { name: 'list', title: 'list (bench/list.ts)', run: listBench },
