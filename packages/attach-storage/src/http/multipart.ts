@@ -53,7 +53,8 @@ function drainSkippedParts(bb: InstanceType<typeof Busboy>): void {
 export async function receiveMultipart(
   request: Request,
   storage: AttachStorage,
-  options: { fileFields: readonly string[] },
+  /** `stripWhen`: asked with the text parts read so far when a file part starts (strip it as it comes). */
+  options: { fileFields: readonly string[]; stripWhen?: (fields: Record<string, string>) => boolean },
 ): Promise<ReceivedUpload> {
   const contentType = request.headers.get('content-type') ?? ''
   if (!/^multipart\/form-data\s*;/i.test(contentType) || !/boundary=/i.test(contentType)) {
@@ -123,7 +124,7 @@ export async function receiveMultipart(
       slots.push(undefined)
       pending.push(
         storage
-          .receiveFile(stream, filename, { maxSize: maxFileSize, signal: abort.signal })
+          .receiveFile(stream, filename, { maxSize: maxFileSize, signal: abort.signal, strip: options.stripWhen?.(fields) })
           .then((file) => {
             slots[slot] = { field, file }
           })

@@ -50,6 +50,13 @@ function limiterOf(concurrency: number): LimitFunction {
   return limit
 }
 
+/** True when an analysis asked for now would find its queue full (and answer `null`). */
+export function analysisBusy(options: AnalyseOptions): boolean {
+  const concurrency = options.concurrency ?? 2
+  const limit = limiterOf(concurrency)
+  return limit.activeCount + limit.pendingCount >= concurrency + (options.queue ?? 16)
+}
+
 /** True when files of this (sniffed) type are analysed. */
 export function isAnalysed(type: string): boolean {
   return ANALYSED.has(type)
@@ -76,11 +83,8 @@ export interface Analysis {
 
 /** {@link analyseImage}, saying what is wrong with a file the decoder refused. */
 export async function explainImage(input: string | Buffer, type: string, options: AnalyseOptions): Promise<Analysis> {
-  if (!isAnalysed(type)) return { media: null }
-  const concurrency = options.concurrency ?? 2
-  const limit = limiterOf(concurrency)
-  if (limit.activeCount + limit.pendingCount >= concurrency + (options.queue ?? 16)) return { media: null }
-  return limit(async () => ({ media: await analyse(input, type, options) })).catch((err: unknown) => {
+  if (!isAnalysed(type) || analysisBusy(options)) return { media: null }
+  return limiterOf(options.concurrency ?? 2)(async () => ({ media: await analyse(input, type, options) })).catch((err: unknown) => {
     const message = err instanceof Error ? err.message : String(err)
     return isProblem(err, message) ? { media: null, problem: message } : { media: null }
   })

@@ -2,7 +2,7 @@ import { Readable } from 'node:stream'
 import { crc32 } from 'node:zlib'
 import sharp from 'sharp'
 import { describe, expect, it } from 'vitest'
-import { exifOrientation, planStrip, reorient, StripError, stripStream } from './strip.js'
+import { exifOrientation, JpegStripper, planStrip, reorient, type StreamStrip, StripError, stripStream } from './strip.js'
 
 /** The bytes in chunks of `size` (odd sizes cut every block somewhere). */
 async function* chunks(buf: Buffer, size = 7): AsyncGenerator<Buffer> {
@@ -213,5 +213,61 @@ describe('strip: hostile input', () => {
     webp.writeUInt32LE(0x7ffffff0, 16)
     await expect(planStrip(chunks(webp), 'image/webp')).rejects.toBeInstanceOf(StripError)
     expect(Date.now() - started).toBeLessThan(2000)
+  })
+})
+
+/** The bytes through a {@link JpegStripper} in chunks of `size`: its output and what it did. */
+async function stripOnReceipt(buf: Buffer, size: number): Promise<{ out: Buffer; result: StreamStrip }> {
+  const stripper = new JpegStripper()
+  const out: Buffer[] = []
+  stripper.on('data', (c: Buffer) => out.push(c))
+  const done = new Promise((resolve, reject) => stripper.on('end', resolve).on('error', reject))
+  Readable.from(chunks(buf, size)).pipe(stripper)
+  await done
+  return { out: Buffer.concat(out), result: stripper.result }
+}
+
+describe('strip on receipt (JpegStripper)', () => {
+  it('gives the bytes the post-pass gives, whatever the chunking: GPS, XMP, IPTC, ICC, a looping EXIF, nothing to remove', async () => {
+    const plain = await canvas().jpeg().toBuffer()
+    const inputs = [
+      withIptc(await canvas().jpeg().withExif(GPS).withXmp(XMP).withIccProfile('p3').toBuffer()),
+      Buffer.concat([plain.subarray(0, 2), app1Exif(tiff([[0x0100, 3, 1]], { count: 65535, next: 8 })), plain.subarray(2)]),
+      plain,
+    ]
+    for (const input of inputs) {
+      const expected = await strip(input, 'image/jpeg')
+      for (const size of [1, 7, 4096, 1 << 20]) {
+        const { out, result } = await stripOnReceipt(input, size)
+        expect(out.equals(expected)).toBe(true)
+        expect(result).toEqual({ outcome: 'stripped', removed: input.length - expected.length })
+      }
+    }
+    expect((await stripOnReceipt(plain, 5)).out.equals(plain)).toBe(true)
+  })
+
+  it('an orientation to apply: the EXIF block stays for the post-pass, which finds it', async () => {
+    const input = await canvas().jpeg().withMetadata({ orientation: 6 }).withXmp(XMP).toBuffer()
+    const { out, result } = await stripOnReceipt(input, 7)
+    expect(result.outcome).toBe('orient')
+    expect((await planStrip(chunks(out), 'image/jpeg')).orientation).toBe(6)
+    expect((await pixels(out)).equals(await pixels(input))).toBe(true)
+  })
+
+  it('not a JPEG, or a walk broken before any removal: every byte through as it was; broken after one: corrupt', async () => {
+    const plain = await canvas().jpeg().toBuffer()
+    const png = await canvas().png().toBuffer()
+    const fill = Buffer.concat([Buffer.from([0xff, 0xd8]), Buffer.alloc(5000, 0xff)])
+    for (const input of [png, plain.subarray(0, 30), fill, Buffer.from([0xff, 0xd8, 0x00, 0x01]), Buffer.from([0xff])]) {
+      const { out, result } = await stripOnReceipt(input, 7)
+      expect(result).toEqual({ outcome: 'not-jpeg', removed: 0 })
+      expect(out.equals(input)).toBe(true)
+    }
+    const exif = app1Exif(tiff([[0x0100, 3, 1]]))
+    const truncated = Buffer.concat([plain.subarray(0, 2), exif, plain.subarray(2, 30)])
+    const { result } = await stripOnReceipt(truncated, 7)
+    expect(result).toMatchObject({ outcome: 'corrupt', removed: exif.length, error: { code: 'corrupt', metadataSeen: true } })
+    const garbage = Buffer.concat([plain.subarray(0, 2), exif, Buffer.from([0x00, 0x01]), plain.subarray(2)])
+    expect((await stripOnReceipt(garbage, 3)).result.outcome).toBe('corrupt')
   })
 })

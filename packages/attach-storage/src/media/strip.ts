@@ -9,7 +9,7 @@
  * every loop ends with the bytes, and only the first IFD of an EXIF block is read (no link is followed),
  * so a block that lies about its sizes or loops its IFDs costs nothing more than a well-formed one.
  */
-import type { Readable } from 'node:stream'
+import { type Readable, Transform, type TransformCallback } from 'node:stream'
 import sharp from 'sharp'
 
 /** The types whose metadata is stripped. */
@@ -296,4 +296,145 @@ export function reorient(source: Readable, type: string, maxInputPixels: number)
   else image.jpeg({ quality: 92 })
   source.on('error', (err) => image.destroy(err))
   return source.pipe(image)
+}
+
+/** What {@link JpegStripper} did to the bytes that went through it. */
+export interface StreamStrip {
+  /**
+   * `stripped`: the output is the JPEG without its EXIF, XMP, IPTC and comments (`removed` bytes fewer,
+   * possibly 0), nothing else to do. `orient`: an EXIF orientation 2..8 was met; that block and all that
+   * follows went through as they were, so the pixels still have to be turned (the post-pass).
+   * `not-jpeg`: the bytes went through untouched. `corrupt`: the walk broke after metadata was removed
+   * (the output is not a usable file; `error` says why); a walk that breaks before any removal lets the
+   * bytes through untouched (`not-jpeg`).
+   */
+  outcome: 'stripped' | 'orient' | 'not-jpeg' | 'corrupt'
+  removed: number
+  error?: StripError
+}
+
+/**
+ * A pass-through that removes a JPEG's EXIF, XMP, IPTC and comments while it is being received, so the
+ * bytes are written (and hashed) once: the segments before the first scan are walked as they come
+ * (APP1, APP13 and COM dropped; every other byte, fill bytes included, kept as it is), then everything
+ * from the scan on flows through untouched. Anything that is not a JPEG, or an EXIF orientation that asks
+ * for the pixels to be turned, is let through for the post-pass ({@link planStrip}, {@link reorient}).
+ * Memory: at most one dropped segment (64 KiB) and 1 KiB of fill bytes are held; a walk that breaks
+ * lets the rest through (see {@link StreamStrip}).
+ */
+export class JpegStripper extends Transform {
+  #buf: Buffer = Buffer.alloc(0)
+  /** Bytes of the file seen so far (for the SOI check). */
+  #seen = 0
+  /** Bytes of a kept segment's body still to copy. */
+  #copy = 0
+  #pass = false
+  readonly result: StreamStrip = { outcome: 'not-jpeg', removed: 0 }
+
+  constructor() {
+    super({ highWaterMark: 256 * 1024 })
+  }
+
+  override _transform(chunk: Buffer, _enc: BufferEncoding, callback: TransformCallback): void {
+    if (this.#pass) {
+      callback(null, chunk)
+      return
+    }
+    this.#seen += chunk.length
+    this.#buf = this.#buf.length ? Buffer.concat([this.#buf, chunk]) : chunk
+    try {
+      this.#walk()
+    } catch (err) {
+      this.#broke(err as StripError)
+    }
+    callback()
+  }
+
+  override _flush(callback: TransformCallback): void {
+    if (!this.#pass) this.#broke(new StripError('the file ends in the middle of a block'))
+    callback()
+  }
+
+  /** Gives up walking: the rest goes through as it is. */
+  #passRest(outcome: StreamStrip['outcome']): void {
+    this.result.outcome = outcome
+    this.#pass = true
+    if (this.#buf.length) this.push(this.#buf)
+    this.#buf = Buffer.alloc(0)
+  }
+
+  #broke(err: StripError): void {
+    if (this.result.removed > 0) {
+      err.metadataSeen = true
+      this.result.error = err
+      this.#passRest('corrupt')
+    } else {
+      // Nothing was removed: every byte so far went through as it was.
+      this.#passRest('not-jpeg')
+    }
+  }
+
+  #emit(n: number): void {
+    if (n > 0) this.push(this.#buf.subarray(0, n))
+    this.#buf = this.#buf.subarray(n)
+  }
+
+  /** Walks what is buffered as far as it can; the rest waits for more bytes. */
+  #walk(): void {
+    if (this.#seen === this.#buf.length && this.result.outcome === 'not-jpeg') {
+      // The start of the file: FF D8 FF, or not a JPEG.
+      if (this.#buf.length < 3) return
+      if (this.#buf[0] !== 0xff || this.#buf[1] !== 0xd8 || this.#buf[2] !== 0xff) {
+        this.#passRest('not-jpeg')
+        return
+      }
+      this.result.outcome = 'stripped'
+      this.#emit(2)
+    }
+    for (;;) {
+      if (this.#copy > 0) {
+        const n = Math.min(this.#copy, this.#buf.length)
+        this.#copy -= n
+        this.#emit(n)
+        if (this.#copy > 0) return
+      }
+      const b = this.#buf
+      if (b.length === 0) return
+      if (b[0] !== 0xff) throw new StripError('a JPEG segment does not start with a marker')
+      let at = 1
+      while (at < b.length && b[at] === 0xff) {
+        if (at > MAX_FILL) throw new StripError('too many fill bytes between JPEG segments')
+        at++
+      }
+      if (at >= b.length) return
+      const marker = b[at]!
+      if (marker === 0x01 || (marker >= 0xd0 && marker <= 0xd7)) {
+        this.#emit(at + 1)
+        continue
+      }
+      if (marker === 0xd9 || marker === 0x00) throw new StripError('the JPEG ends before its image data')
+      if (b.length < at + 3) return
+      const length = b.readUInt16BE(at + 1)
+      if (length < 2) throw new StripError('a JPEG segment has an impossible length')
+      if (marker === 0xda) {
+        this.#passRest('stripped')
+        return
+      }
+      if (JPEG_DROP.has(marker)) {
+        const end = at + 1 + length
+        if (b.length < end) return
+        if (marker === 0xe1 && b.toString('latin1', at + 3, at + 9) === 'Exif\0\0' && exifOrientation(b.subarray(at + 3, end)) !== 1) {
+          // The pixels must be turned: the post-pass reads this orientation, so it stays.
+          this.#passRest('orient')
+          return
+        }
+        // Fill bytes before a dropped segment go with it.
+        this.result.removed += end
+        this.#buf = b.subarray(end)
+        continue
+      }
+      this.#copy = length - 2
+      this.#emit(at + 3)
+    }
+  }
 }

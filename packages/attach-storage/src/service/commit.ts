@@ -11,6 +11,7 @@ import type { ServiceContext } from './context.js'
 import { checkRefKey, parseRegularSavedDir, regularSavedDir, SAVED_NAME, storeKey } from './layout.js'
 import { cleanDisplayName, cleanText } from './names.js'
 import { deleteRecords } from './records.js'
+import { mediaOf } from './media-kept.js'
 import { readHead, readTmpMeta, type TmpMeta, tmpKey, tmpMetaKey } from './temporary.js'
 import { parseInput } from '../validation.js'
 import { AttachBagSchema, type AttachBagInput, checkEntryCount } from './bag.js'
@@ -360,6 +361,7 @@ async function commitEntry(ctx: ServiceContext, entry: unknown, at: EntryPlace):
   const uploader = meta.createdBy
   // A direct-to-cloud upload is verified once, here, before it counts as a temporary file.
   if (meta.pending) meta = await verifyDirectUpload(ctx, meta, at.access.user)
+  else if (meta.media === undefined) meta = { ...meta, media: await mediaOf(ctx, meta) }
 
   const earlier = await ctx.repo.findBlobsByTmpName(savedName)
   if (earlier.some((b) => b.refCount > 0)) {

@@ -27,6 +27,7 @@ import type { ServiceContext } from './context.js'
 import { dropBlob } from './housekeeping.js'
 import { regularSavedDir, storeKey } from './layout.js'
 import { dropVariants } from './records.js'
+import { mediaOf } from './media-kept.js'
 import { readPlacements, rememberPlacement, tmpKey, tmpMetaKey, tmpPlacedKey } from './temporary.js'
 import type { AccessContext, AuthUser } from './types.js'
 import { queueNamedVariants } from './variants.js'
@@ -188,7 +189,8 @@ async function commitTemporary(ctx: ServiceContext, t: TemporaryEntry, work: Tra
   }
   await ctx.testPause?.('moved', at.access.request)
   const createdDt = ctx.now().toISOString()
-  const blob = await ctx.repo.reserveBlob(blobOf(meta, { store: domain.store, savedDir, savedName }, createdDt))
+  const known = meta.media === undefined && !meta.pending ? { ...meta, media: await mediaOf(ctx, meta) } : meta
+  const blob = await ctx.repo.reserveBlob(blobOf(known, { store: domain.store, savedDir, savedName }, createdDt))
   const rec = await ctx.repo.createRecord(blob.id, recordOf(at, e, meta, createdDt), { requireLive: false, requirePending: true })
   if (!rec) throw busyError(savedName)
   // The quota row goes with the commit (a rollback keeps the upload counted, as it stays).

@@ -33,8 +33,9 @@ export interface TmpMeta {
   createdBy: string | number | null
   createdDt: string
   /**
-   * The file's media (an image's size and placeholder), learnt from the final temporary bytes when the
-   * upload was kept; copied to the blob on commit. Absent or null: none, or not known (direct-to-cloud).
+   * The file's media: null when none applies. Absent for an image (its media is learnt from the final
+   * temporary bytes in the background once it is kept, and its commit takes it: media-kept.ts) and for a
+   * direct-to-cloud upload (recorded null).
    */
   media?: MediaInfo | null
   /**

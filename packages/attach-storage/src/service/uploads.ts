@@ -2,18 +2,19 @@
 import type { Readable } from 'node:stream'
 import { badRequest } from '../errors.js'
 import type { FileProbe, FilterVerdict } from '../filters/filters.js'
-import { analyseStored } from '../media/analyse.js'
+import { isAnalysed } from '../media/analyse.js'
 import { extensionOf, sniffType } from '../media/sniff.js'
 import type { RegisteredCategory } from '../registry/registry.js'
 import { renameAcross } from '../stores/local-store.js'
 import type { Store } from '../stores/store.js'
 import type { ServiceContext } from './context.js'
 import { ingest } from './ingest.js'
+import { analyseKept } from './media-kept.js'
 import { directSavedDir, generateSavedName, storeKey } from './layout.js'
 import { cleanDisplayName } from './names.js'
 import { scanReceived } from './scan-kept.js'
 import { admitUpload, releaseUploads, reserveUpload } from './quota.js'
-import { stripReceived } from './strip-kept.js'
+import { stripOnReceipt, stripReceived } from './strip-kept.js'
 import { tmpKey, type TmpMeta, tmpMetaKey } from './temporary.js'
 import type { AccessContext, DirectItem, ReceivedFile, TemporaryItem } from './types.js'
 import { directFileUrl, editorUrl } from './urls.js'
@@ -38,17 +39,24 @@ export async function receiveFile(
   ctx: ServiceContext,
   source: Readable,
   fileName: string,
-  options: { maxSize?: number; signal?: AbortSignal } = {},
+  /** `strip`: a JPEG loses its EXIF, XMP and IPTC as it is received (its category strips them). */
+  options: { maxSize?: number; signal?: AbortSignal; strip?: boolean } = {},
 ): Promise<ReceivedFile> {
   const displayName = cleanDisplayName(fileName)
   const extension = extensionOf(displayName)
   const name = generateSavedName(extension)
-  const r = await ingest(ctx.stores.tmpStore, tmpKey(name), source, {
+  const stripper = options.strip ? stripOnReceipt(source) : undefined
+  const r = await ingest(ctx.stores.tmpStore, tmpKey(name), stripper?.stream ?? source, {
     maxSize: options.maxSize ?? ctx.config.upload.maxFileSize,
     signal: options.signal,
+  }).catch((err) => {
+    if (stripper) source.unpipe(stripper.stream).resume()
+    throw err
   })
   ctx.observe.bytes('in', r.size)
-  return { name, displayName, extension, ...r }
+  const file = { name, displayName, extension, ...r }
+  stripper?.mark(file)
+  return file
 }
 
 /** Removes received files (after a failed request) and forgets their quota reservations. */
@@ -215,10 +223,12 @@ export async function keepTemporary(
     refCategory,
     createdBy: access.user?.id ?? null,
     createdDt: ctx.now().toISOString(),
-    // Learnt from the final temporary bytes (after any stripping above); never fails the upload.
-    media: await analyseStored(ctx.stores.tmpStore, tmpKey(f.name), type, f.size, ctx.config.resize),
+    // An image's media is learnt from the final temporary bytes in the background (the commit waits for
+    // it, or analyses the file itself); anything else has none.
+    ...(isAnalysed(type) ? {} : { media: null }),
   }
   await ctx.stores.tmpStore.put(tmpMetaKey(f.name), Buffer.from(JSON.stringify(meta)), { contentType: 'application/json' })
+  analyseKept(ctx, meta)
   ctx.events.emit('uploaded', {
     kind: 'temporary',
     refDomain,

@@ -1,6 +1,7 @@
 /** The JSON group's upload routes: the temporary upload (step 1 of the two-step save) and the direct upload. */
 import * as v from 'valibot'
 import { badRequest } from '../../errors.js'
+import { stripsOnReceipt } from '../../service/strip-kept.js'
 import { admitTemporaryUpload, completeDirectUpload, completeTemporaryUpload, discardReceived } from '../../service/uploads.js'
 import type { ReceivedFile } from '../../service/types.js'
 import { parseInput } from '../../validation.js'
@@ -51,8 +52,9 @@ export async function receiveUpload<S extends v.GenericSchema>(
   env: RouteEnv,
   fileFields: string[],
   schema: S,
+  stripWhen?: (fields: Record<string, string>) => boolean,
 ): Promise<{ files: ReceivedFile[]; fields: v.InferOutput<S> }> {
-  const upload = await receiveMultipart(env.request, env.storage, { fileFields })
+  const upload = await receiveMultipart(env.request, env.storage, { fileFields, stripWhen })
   const files = upload.files.map((f) => f.file)
   try {
     if (files.length === 0) throw badRequest(`No file was sent (multipart part ${fileFields.join(' or ')})`, 'no-file')
@@ -63,6 +65,9 @@ export async function receiveUpload<S extends v.GenericSchema>(
   }
 }
 
+/** A JPEG sent after its refDomain and refCategory parts is stripped as it comes when its category strips. */
+const stripWhen = (env: RouteEnv) => (f: Record<string, string>) => stripsOnReceipt(env.ctx, f.refDomain, f.refCategory)
+
 const target = (f: v.InferOutput<typeof UploadFieldsSchema>) => ({ refDomain: f.refDomain, refCategory: f.refCategory, filters: f.filters })
 
 /** The routes, in the order they are tried. */
@@ -72,7 +77,7 @@ export const uploadRoutes: Route[] = [
     path: 'attach/tmp',
     handle: async (_in, env) => {
       await admitTemporaryUpload(env.ctx, env.access)
-      const { files, fields } = await receiveUpload(env, ['file', 'fileMap'], UploadFieldsSchema)
+      const { files, fields } = await receiveUpload(env, ['file', 'fileMap'], UploadFieldsSchema, stripWhen(env))
       return json({ [fields.resultKey]: await completeTemporaryUpload(env.ctx, files, target(fields), env.access) })
     },
   }),
@@ -80,7 +85,7 @@ export const uploadRoutes: Route[] = [
     method: 'POST',
     path: 'attach/direct',
     handle: async (_in, env) => {
-      const { files, fields } = await receiveUpload(env, ['files', 'file', 'fileMap'], UploadFieldsSchema)
+      const { files, fields } = await receiveUpload(env, ['files', 'file', 'fileMap'], UploadFieldsSchema, stripWhen(env))
       return json({ files: await completeDirectUpload(env.ctx, files, target(fields), env.access) })
     },
   }),
