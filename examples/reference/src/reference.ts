@@ -38,6 +38,8 @@ export interface ServerEnv {
   ATTACH_DATABASE_URL?: string
   ATTACH_CONFIG?: string
   ATTACH_SIGNING_SECRET?: string
+  /** clamd's address (`tcp://host:port` or `unix:/path`): uploads into `demo/scanned` are scanned (docs/scanning.md). */
+  ATTACH_CLAMD?: string
   [key: string]: string | undefined
 }
 
@@ -225,7 +227,15 @@ export async function createReference(env: ServerEnv = process.env, logger: Logg
     // Resumable uploads (tus 1.0) at /api/storage/attach/tus.
     resumable: { enabled: true },
     domains: {
-      demo: { categories: { default: {}, image: { filters: ['image'] }, private: {} } },
+      demo: {
+        categories: {
+          default: {},
+          image: { filters: ['image'] },
+          private: {},
+          // With ATTACH_CLAMD, uploads into demo/scanned are scanned by clamd first (docs/scanning.md).
+          ...(env.ATTACH_CLAMD ? { scanned: { scan: { clamd: env.ATTACH_CLAMD } } } : {}),
+        },
+      },
       // Each board image gets a 320-pixel WebP thumbnail and two widths for the page's srcset, made in the
       // background after its save (docs/variants.md; the page's BOARD_IMAGE_VARIANTS mirrors them).
       board: {
