@@ -14,6 +14,7 @@ import { ingest } from './ingest.js'
 import { generateSavedName } from './layout.js'
 import { cleanDisplayName } from './names.js'
 import { releaseUploads, reserveUpload } from './quota.js'
+import { scanTemporary } from './scan-kept.js'
 import { type TmpMeta, tmpKey, tmpMetaKey, tmpUploadKey } from './temporary.js'
 import type { AccessContext, AuthUser } from './types.js'
 import { runFilters, uploadTarget } from './uploads.js'
@@ -162,9 +163,11 @@ export async function verifyDirectUpload(ctx: ServiceContext, meta: TmpMeta, use
     head: received.head,
     open: () => tmp.get(tmpKey(name)),
   })
-  if (error) {
+  // Scanned (the category's scan) once it passed the filters; a 503 scan-unavailable leaves the upload to retry.
+  const refused = error ?? (await scanTemporary(ctx, name, meta.displayName, category))
+  if (refused) {
     await discard()
-    throw badRequest(`${error.code}: ${error.message}`, error.code)
+    throw badRequest(`${refused.code}: ${refused.message}`, refused.code)
   }
   const { pending: _, ...rest } = meta
   const verified: TmpMeta = { ...rest, size: received.size, type, sha256: received.sha256 }

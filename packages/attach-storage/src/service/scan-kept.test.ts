@@ -1,6 +1,8 @@
 import { createServer, type Server, type Socket } from 'node:net'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { parseAttachConfig } from '../config/schema.js'
+import { contextOf } from './attach-storage.js'
+import { tmpKey, tmpMetaKey, tmpUploadKey } from './temporary.js'
 import { clamdScan, parseClamdAddress, parseClamdReply } from '../media/clamd.js'
 import { startClamd, type TestClamd, TEST_SIGNATURE, TEST_VIRUS_MARKER, freePort } from '../testing/clamd-kit.js'
 import { type Kit, makeKit } from '../testing/handler-kit.js'
@@ -123,6 +125,38 @@ describe('virus scanning with a real clamd (scan per category)', () => {
     expect(patched.status).toBe(400)
     expect(await patched.json()).toEqual({ code: 'infected', message: `evil.txt is infected: ${TEST_SIGNATURE}` })
     expect(await tmpFiles()).toEqual([])
+  })
+
+  it('a presigned upload is scanned at commit: infected fails the entry with infected and removes the object', async () => {
+    // What attach/presign leaves (a pending sidecar) and the client's PUT to the presigned address (the
+    // object under _tmp/_up/ of the presigning store), written here on the local store.
+    const ctx = contextOf(kit.storage)
+    const presigned = async (name: string, body: string) => {
+      const pending = { size: body.length, expiresAt: new Date(Date.now() + 60_000).toISOString(), store: 'local' }
+      const meta = { name, displayName: name, size: body.length, type: '', sha256: '', refDomain: 'demo', refCategory: 'scanned' }
+      const sidecar = { ...meta, createdBy: '7', createdDt: new Date().toISOString(), pending }
+      await ctx.stores.tmpStore.put(tmpMetaKey(name), Buffer.from(JSON.stringify(sidecar)), { contentType: 'application/json' })
+      await ctx.store('local').put(tmpUploadKey(name), Buffer.from(body), { contentType: 'application/octet-stream' })
+    }
+    await presigned('0b4c1f0e-0000-4000-8000-000000000001.txt', INFECTED)
+    const res = await kit.call('/api/storage/attach/demo/3', {
+      method: 'POST',
+      body: JSON.stringify({ scanned: [{ savedName: '0b4c1f0e-0000-4000-8000-000000000001.txt' }] }),
+    })
+    const body = await res.json()
+    expect(res.status).toBe(500)
+    expect(body.failures).toEqual([
+      expect.objectContaining({ code: 'infected', reason: expect.stringContaining(`is infected: ${TEST_SIGNATURE}`) }),
+    ])
+    expect(await ctx.stores.tmpStore.exists(tmpKey('0b4c1f0e-0000-4000-8000-000000000001.txt'))).toBe(false)
+    expect(await ctx.stores.tmpStore.exists(tmpMetaKey('0b4c1f0e-0000-4000-8000-000000000001.txt'))).toBe(false)
+    expect(await ctx.store('local').exists(tmpUploadKey('0b4c1f0e-0000-4000-8000-000000000001.txt'))).toBe(false)
+    await presigned('0b4c1f0e-0000-4000-8000-000000000002.txt', 'clean and presigned')
+    const ok = await kit.call('/api/storage/attach/demo/3', {
+      method: 'POST',
+      body: JSON.stringify({ scanned: [{ savedName: '0b4c1f0e-0000-4000-8000-000000000002.txt' }] }),
+    })
+    expect(ok.status).toBe(200)
   })
 
   it("a file over clamd's StreamMaxLength fails its item with too-large; nothing is kept", async () => {

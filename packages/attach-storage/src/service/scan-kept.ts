@@ -18,45 +18,54 @@ type Refusal = { displayName: string; size: number; error: { code: string; messa
  * and throws a 503 `scan-unavailable` whose message says what went wrong (never clamd's address).
  */
 export async function scanReceived(ctx: ServiceContext, f: ReceivedFile, category: RegisteredCategory): Promise<Refusal | undefined> {
+  let error: Refusal['error'] | undefined
+  try {
+    error = await scanTemporary(ctx, f.name, f.displayName, category)
+  } catch (err) {
+    await discard(ctx, f)
+    throw err
+  }
+  if (!error) return undefined
+  await discard(ctx, f)
+  return { displayName: f.displayName, size: f.size, error }
+}
+
+/**
+ * The scan of the temporary file `name` alone, removing nothing: its refusal (`infected` or `too-large`),
+ * nothing when it is clean, unscanned and accepted, or its category does not scan; throws 503
+ * `scan-unavailable` when clamd gave no verdict and the category refuses then.
+ */
+export async function scanTemporary(
+  ctx: ServiceContext,
+  name: string,
+  displayName: string,
+  category: RegisteredCategory,
+): Promise<Refusal['error'] | undefined> {
   const scan = category.scan
   if (!scan) return undefined
-  let refusal: Refusal
   try {
-    const source = (await ctx.stores.tmpStore.get(tmpKey(f.name))) as AsyncIterable<Uint8Array>
+    const source = (await ctx.stores.tmpStore.get(tmpKey(name))) as AsyncIterable<Uint8Array>
     const verdict = await clamdScan(source, { address: scan.clamd })
     if (!verdict.infected) return undefined
-    ctx.logger.warn(`attach-storage: ${f.displayName} (${f.name}) is infected: ${verdict.signature}; not kept`)
-    refusal = error(f, 'infected', `${f.displayName} is infected: ${verdict.signature}`)
+    ctx.logger.warn(`attach-storage: ${displayName} (${name}) is infected: ${verdict.signature}; not kept`)
+    return { code: 'infected', message: `${displayName} is infected: ${verdict.signature}` }
   } catch (err) {
-    if (!(err instanceof ClamdError)) {
-      await discard(ctx, f)
-      throw err
-    }
+    if (!(err instanceof ClamdError)) throw err
     if (scan.onError === 'accept') {
-      ctx.logger.warn(`attach-storage: ${f.displayName} (${f.name}) kept unscanned (scan.on-error: accept): ${err.message} [${scan.clamd}]`)
+      ctx.logger.warn(`attach-storage: ${displayName} (${name}) kept unscanned (scan.on-error: accept): ${err.message} [${scan.clamd}]`)
       return undefined
     }
     if (err.failure === 'size-limit') {
-      refusal = error(f, 'too-large', `${f.displayName} is larger than the virus scanner accepts (clamd's StreamMaxLength)`)
-    } else {
-      ctx.logger.error(`attach-storage: the virus scan of ${f.name} failed [${scan.clamd}]:`, err)
-      await discard(ctx, f)
-      throw new AttachStorageError('scan-unavailable', `The virus scanner is unavailable: ${err.message}`, {
-        status: 503,
-        cause: err,
-        headers: { 'retry-after': '30' },
-      })
+      return { code: 'too-large', message: `${displayName} is larger than the virus scanner accepts (clamd's StreamMaxLength)` }
     }
+    ctx.logger.error(`attach-storage: the virus scan of ${name} failed [${scan.clamd}]:`, err)
+    throw new AttachStorageError('scan-unavailable', `The virus scanner is unavailable: ${err.message}`, {
+      status: 503,
+      cause: err,
+      headers: { 'retry-after': '30' },
+    })
   }
-  await discard(ctx, f)
-  return refusal
 }
-
-const error = (f: ReceivedFile, code: string, message: string): Refusal => ({
-  displayName: f.displayName,
-  size: f.size,
-  error: { code, message },
-})
 
 /** Removes the file and any sidecar, and frees its quota reservation. */
 async function discard(ctx: ServiceContext, f: ReceivedFile): Promise<void> {
