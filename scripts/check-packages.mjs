@@ -23,12 +23,12 @@
  *   --nice           run at a lower CPU priority (nice 10), inherited by the build and the rest, so
  *                    that tests running beside it (npm test) keep their timing
  */
-import { spawn } from 'node:child_process'
 import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs'
 import { builtinModules } from 'node:module'
 import { getPriority, setPriority, tmpdir } from 'node:os'
 import { dirname, join, relative, resolve, sep } from 'node:path'
 import { fileURLToPath } from 'node:url'
+import { run as runCommand } from './run-kit.mjs'
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '..')
 /** The workspace-only export condition naming each entry's TypeScript source (not published). */
@@ -54,28 +54,9 @@ const indent = (text) =>
     .map((l) => `       ${l}`)
     .join('\n')
 
-/** Runs a command; resolves with its exit code and combined output (never rejects). */
-function run(command, commandArgs, options = {}) {
-  return new Promise((done) => {
-    const child = spawn(command, commandArgs, {
-      cwd: options.cwd ?? root,
-      env: { ...process.env, FORCE_COLOR: '0', NO_COLOR: '1', ...options.env },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    })
-    let output = ''
-    child.stdout.on('data', (d) => (output += d))
-    child.stderr.on('data', (d) => (output += d))
-    const timer = setTimeout(() => child.kill('SIGKILL'), options.timeout ?? 300_000)
-    child.on('error', (error) => {
-      clearTimeout(timer)
-      done({ code: -1, output: `${output}\n${error.message}` })
-    })
-    child.on('close', (code, signal) => {
-      clearTimeout(timer)
-      done({ code: code ?? -1, output: signal ? `${output}\nkilled by ${signal}` : output })
-    })
-  })
-}
+/** Runs a command (scripts/run-kit.mjs), its children's colours off; resolves with its exit code and combined output. */
+const run = (command, commandArgs, options = {}) =>
+  runCommand(command, commandArgs, { cwd: root, ...options, env: { FORCE_COLOR: '0', NO_COLOR: '1', ...options.env } })
 /** npm's own noise (unknown user config keys, engine warnings of third-party packages) dropped. */
 const quiet = (output) =>
   output
@@ -95,6 +76,9 @@ async function main() {
     })
     .filter((p) => !p.pkg.private)
   const names = new Set(packages.map((p) => p.pkg.name))
+
+  // The Node the installed packages run on (a report read later, as CI's packages.test.ts does, says which).
+  line('note', 'node', `${process.version} (${process.execPath})`)
 
   // 1. Build. Two checks in one tree would rebuild each other's dist/ while packing; the second waits.
   await takeLock()
