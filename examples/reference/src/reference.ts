@@ -237,7 +237,7 @@ export async function createReference(env: ServerEnv = process.env, logger: Logg
         },
       },
       // Each board image gets a 320-pixel WebP thumbnail and two widths for the page's srcset, made in the
-      // background after its save (docs/variants.md; the page's BOARD_IMAGE_VARIANTS mirrors them).
+      // background after its save (docs/variants.md; records answer their boxes, which the page's srcset reads).
       board: {
         categories: {
           default: {},

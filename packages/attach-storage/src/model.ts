@@ -69,6 +69,12 @@ export interface AttachmentView extends Omit<AttachmentRecord, 'sha256' | 'store
    * present only when the category names variants.
    */
   variants?: Record<string, string>
+  /**
+   * The boxes of those named variants, name to box, as the category declares them: what a `srcset`
+   * needs to know each variant's width (`srcsetOf(record)` of `@attach-storage/client`). Present with
+   * `variants`.
+   */
+  variantBoxes?: Record<string, { w?: number; h?: number; fit?: 'inside' | 'cover'; format?: 'webp' | 'avif' | 'jpeg' | 'png' }>
 }
 
 /** One physical stored file, possibly shared by several records (the `savedDir` reuse case). */

@@ -33,8 +33,11 @@ describe('srcsetOf() of saved records', () => {
     // thumb: 100×80 into 30×30 is 30×24; small 40 wide; frame is the picture's aspect; square and huge are left out.
     expect(srcsetOf(record, { boxes: BOXES })).toBe(`${v.thumb} 30w, ${v.small} 40w, ${v.frame} 50w, ${record.url} 100w`)
     expect(srcsetOf(record, { boxes: BOXES, withoutOriginal: true })).toBe(`${v.thumb} 30w, ${v.small} 40w, ${v.frame} 50w`)
-    // Without the boxes, the record's own address at its width is all that is known.
-    expect(srcsetOf(record)).toBe(`${record.url} 100w`)
+    // The lookup answers the made variants' boxes with the record: srcsetOf(record) needs nothing else.
+    expect(record.variantBoxes).toEqual(BOXES)
+    expect(srcsetOf(record)).toBe(`${v.thumb} 30w, ${v.small} 40w, ${v.frame} 50w, ${record.url} 100w`)
+    // Without any boxes, the record's own address at its width is all that is known.
+    expect(srcsetOf({ ...record, variantBoxes: undefined })).toBe(`${record.url} 100w`)
 
     // The widths are those of the files served.
     for (const [name, width] of [

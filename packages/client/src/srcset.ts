@@ -21,13 +21,16 @@ export interface WithVariants {
   media?: { width: number; height: number } | null
   /** The named variants made so far, name to address, as lookups answer them. */
   variants?: Record<string, string>
+  /** Their boxes, name to box, as lookups answer them (what {@link srcsetOf} reads without `boxes`). */
+  variantBoxes?: Record<string, VariantBox>
 }
 
 /** Options of {@link srcsetOf}. */
 export interface SrcsetOptions {
   /**
-   * The boxes of the record's category's named variants, name to box (a record carries only their
-   * addresses). Without them the only candidate is the record's own address.
+   * The boxes of the record's category's named variants, name to box. Lookups answer them with each
+   * record (`variantBoxes`), which is what is read without this option; give it for records that lack
+   * them (saved by an older server, or built by hand).
    */
   boxes?: Record<string, VariantBox>
   /** Leave the record's own `url` out of the candidates (default: it is the widest when `media` is known). */
@@ -36,8 +39,8 @@ export interface SrcsetOptions {
 
 /**
  * A `srcset` for a record's picture: `"{address} {width}w"` candidates, narrowest first, from the named
- * variants the record lists as made (`record.variants`) whose box is in `options.boxes`, and the record's
- * own `url` at its `media.width` (its displayed size), the widest.
+ * variants the record lists as made (`record.variants`) whose box it gives (`record.variantBoxes`, or
+ * `options.boxes`), and the record's own `url` at its `media.width` (its displayed size), the widest.
  *
  * Each width is the one the server makes: a box `fit: 'inside'` (the default) scales the picture into it,
  * never larger than the picture, so a variant as wide as the picture or wider (served as the original) is
@@ -52,14 +55,12 @@ export interface SrcsetOptions {
  *
  * @example
  * ```ts
- * import { srcsetOf, type VariantBox } from '@attach-storage/client'
+ * import { srcsetOf } from '@attach-storage/client'
  * import type { AttachmentView } from 'attach-storage'
  *
- * // The category's named variants, as its configuration declares them.
- * const boxes: Record<string, VariantBox> = { small: { w: 320 }, medium: { w: 800 }, square: { w: 200, h: 200, fit: 'cover' } }
- *
+ * // A record as a lookup answers it: its made variants and their boxes come with it.
  * function imageTag(record: AttachmentView): string {
- *   return `<img src="${record.url}" srcset="${srcsetOf(record, { boxes })}" sizes="(max-width: 600px) 100vw, 600px">`
+ *   return `<img src="${record.url}" srcset="${srcsetOf(record)}" sizes="(max-width: 600px) 100vw, 600px">`
  * }
  * ```
  */
@@ -71,7 +72,7 @@ export function srcsetOf(record: WithVariants | null | undefined, options: Srcse
   const full = media && media.width > 0 && media.height > 0 ? media : undefined
   const candidates: { url: string; width: number }[] = []
   for (const [name, url] of Object.entries(record.variants ?? {})) {
-    const box = options.boxes?.[name]
+    const box = (options.boxes ?? record.variantBoxes)?.[name]
     const width = box && typeof url === 'string' ? variantWidth(box, full) : undefined
     if (width !== undefined) candidates.push({ url, width })
   }

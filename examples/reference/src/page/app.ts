@@ -17,7 +17,6 @@ import {
   mergeContainers,
   placeholderDataUrl,
   srcsetOf,
-  type VariantBox,
 } from '@attach-storage/client'
 import { AttachField, defineAttachField } from '@attach-storage/client/element'
 
@@ -119,13 +118,6 @@ async function submitNew(e: SubmitEvent) {
   }
 }
 
-/** The named variants of the board's `image` category, as src/reference.ts declares them (srcsetOf reads their boxes). */
-const BOARD_IMAGE_VARIANTS: Record<string, VariantBox> = {
-  thumb: { w: 320, h: 320, format: 'webp' },
-  medium: { w: 960 },
-  large: { w: 1920 },
-}
-
 /** A picture the browser can show once the server has converted it (HEIC answers JPEG on views and resizes). */
 const isPicture = (r: AttachmentView) => r.fileType.startsWith('image/')
 
@@ -175,7 +167,7 @@ function picture(r: AttachmentView, box: Box, options: { cover?: boolean; sizes?
       { once: true },
     )
   }
-  const srcset = options.sizes ? srcsetOf(r, { boxes: BOARD_IMAGE_VARIANTS }) : ''
+  const srcset = options.sizes ? srcsetOf(r) : ''
   if (srcset.includes(',')) {
     img.sizes = options.sizes!
     img.srcset = srcset

@@ -31,6 +31,18 @@ export const AttachmentViewAnswer = v.object({
   cdnUrl: v.optional(v.string()),
   /** The named variants made so far, name to address; present when the category names variants. */
   variants: v.optional(v.record(v.string(), v.string())),
+  /** The boxes of those named variants, name to box, as the category declares them (for a `srcset`). */
+  variantBoxes: v.optional(
+    v.record(
+      v.string(),
+      v.object({
+        w: v.optional(v.number()),
+        h: v.optional(v.number()),
+        fit: v.optional(v.picklist(['inside', 'cover'])),
+        format: v.optional(v.picklist(['webp', 'avif', 'jpeg', 'png'])),
+      }),
+    ),
+  ),
   /** An image's focal point for cover crops (0..1 from the top left); absent or null when none is set. */
   focus: v.optional(v.nullable(v.object({ x: v.number(), y: v.number() }))),
 })

@@ -74,6 +74,17 @@ export function namedOf(ctx: ServiceContext, r: AttachmentRecord, made: Map<numb
   return namedVariantsOf(ctx, r) ? (made.get(r.id) ?? []) : undefined
 }
 
+/** The boxes of a record's named variants `named`, as its category declares them. */
+function boxesOf(ctx: ServiceContext, r: AttachmentRecord, named: string[]): NonNullable<AttachmentView['variantBoxes']> {
+  const declared = ctx.registry.domain(r.refDomain).categories.get(r.refCategory)?.variants
+  const out: NonNullable<AttachmentView['variantBoxes']> = {}
+  for (const n of named) {
+    const box = declared?.get(n)
+    if (box) out[n] = { ...box }
+  }
+  return out
+}
+
 /** The address of a record's named variant: the view route by id, signed for a guarded category. */
 export function variantUrl(ctx: ServiceContext, id: number, name: string, guarded: boolean): string {
   const url = `${ctx.config.assetsPrefix}/attach/view/${id}?variant=${encodeURIComponent(name)}`
@@ -89,7 +100,12 @@ export function variantUrl(ctx: ServiceContext, id: number, name: string, guarde
 export function view(ctx: ServiceContext, r: AttachmentRecord, index: number, guarded: boolean, named?: string[]): AttachmentView {
   const { sha256: _s, store, blobId: _b, ...rest } = r
   // The named variants made so far, name to address, when the category names any.
-  const variants = named ? { variants: Object.fromEntries(named.map((n) => [n, variantUrl(ctx, r.id, n, guarded)])) } : {}
+  const variants = named
+    ? {
+        variants: Object.fromEntries(named.map((n) => [n, variantUrl(ctx, r.id, n, guarded)])),
+        variantBoxes: boxesOf(ctx, r, named),
+      }
+    : {}
   const cdn = publicBase(ctx, store, guarded, r.fileType)
   if (cdn) {
     const cdnUrl = cdn + storeKey(r.savedDir, r.savedName)
