@@ -5,26 +5,35 @@
  * by their package.json under packages/ and examples/; it builds into the packages' dist/ like
  * `npm run build`, which no other test reads, and the script's lock keeps two checks of one tree apart.
  * It runs at a lower CPU priority (`--nice`) so that the timed tests beside it keep their pace.
+ *
+ * In CI (.ci/run) the check starts with the suite, beside it, on the same Node, and ATTACH_PACKAGES_REPORT
+ * names its report: this test then waits for that report instead of running the check a second time, and
+ * holds it to the same lines. vitest.config.ts runs this file last, so that the report is there by then;
+ * vitest runs one file at a time on two cores, so the check's two minutes then overlap the rest of the
+ * suite instead of adding to it.
  */
-import { spawn } from 'node:child_process'
+import { readFileSync } from 'node:fs'
 import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { describe, expect, it } from 'vitest'
+import { run } from '../../../scripts/run-kit.mjs'
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..', '..')
+/** Where CI's run of the check, started beside the suite, writes: `<report>.log`, then `<report>.status`. */
+const REPORT = process.env.ATTACH_PACKAGES_REPORT
 
-function checkPackages(): Promise<{ code: number | null; output: string }> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [join(root, 'scripts', 'check-packages.mjs'), '--nice'], {
-      cwd: root,
-      stdio: ['ignore', 'pipe', 'pipe'],
-    })
-    let output = ''
-    child.stdout.on('data', (d: Buffer) => (output += d.toString()))
-    child.stderr.on('data', (d: Buffer) => (output += d.toString()))
-    child.on('error', reject)
-    child.on('close', (code) => resolve({ code, output }))
-  })
+/** The check's exit code and output: the report of CI's run when there is one, else a run of its own. */
+async function checkPackages(): Promise<{ code: number; output: string }> {
+  if (!REPORT) return run(process.execPath, [join(root, 'scripts', 'check-packages.mjs'), '--nice'], { cwd: root, timeout: 890_000 })
+  // The status file (the exit code) is written once the log is whole.
+  for (;;) {
+    let status = ''
+    try {
+      status = readFileSync(`${REPORT}.status`, 'utf8').trim()
+    } catch {}
+    if (status) return { code: Number(status), output: readFileSync(`${REPORT}.log`, 'utf8') }
+    await new Promise((r) => setTimeout(r, 500))
+  }
 }
 
 describe('the published packages', () => {
@@ -38,6 +47,7 @@ describe('the published packages', () => {
     ).toEqual([])
     expect(code, output).toBe(0)
     for (const check of [
+      `note node: ${process.version} (`, // the check ran on this test's Node (CI's report included)
       'ok   build',
       'ok   publint attach-storage',
       'ok   attw attach-storage',
