@@ -23,7 +23,11 @@ const KEPT = 4096
 export function analyseKept(ctx: ServiceContext, meta: TmpMeta): void {
   // A full queue: the commit analyses the file instead (rather than record null for a busy moment).
   if (!isAnalysed(meta.type) || analysisBusy(ctx.config.resize)) return
-  const job = analyseStored(ctx.stores.tmpStore, tmpKey(meta.name), meta.type, meta.size, ctx.config.resize)
+  // Started on the next turn of the event loop, once the upload's answer is written: its decoding threads
+  // do not compete with the answer.
+  const job = new Promise<MediaInfo | null>((resolve) =>
+    setImmediate(() => resolve(analyseStored(ctx.stores.tmpStore, tmpKey(meta.name), meta.type, meta.size, ctx.config.resize))),
+  )
   known.set(meta.name, job)
   if (known.size > KEPT) known.delete(known.keys().next().value!)
 }
