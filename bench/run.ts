@@ -23,6 +23,7 @@ import { heicBench } from './scenarios/heic.js'
 import { hostileBench } from './scenarios/hostile.js'
 import { photosBench } from './scenarios/photos.js'
 import { resizeBench } from './scenarios/resize.js'
+import { scanBench } from './scenarios/scan.js'
 import { smallViewsBench } from './scenarios/small-views.js'
 import { tusBench } from './scenarios/tus.js'
 import { uploadBench } from './scenarios/upload.js'
@@ -43,6 +44,7 @@ const SCENARIOS: Scenario[] = [
   { name: 'resize', title: 'resize placeholders against sharp', run: resizeBench },
   { name: 'photos', title: 'analysis and metadata stripping of a 12 MP JPEG upload', run: photosBench },
   { name: 'heic', title: 'a 12 MP HEIC photo to an 800 px JPEG against heif-convert + sharp, and its memory', run: heicBench },
+  { name: 'scan', title: 'virus scanning of a 100 MiB upload with clamd against clamdscan --stream', run: scanBench },
   { name: 'zip', title: 'ZIP of 200 files against archiver', run: zipBench },
   { name: 'list', title: 'list (bench/list.ts)', run: listBench },
   { name: 'adapters', title: '50 KB views through the Express and Fastify adapters', run: adaptersBench },

@@ -161,8 +161,12 @@ export async function clamdScan(source: AsyncIterable<Uint8Array> | Iterable<Uin
         const part = chunk.subarray(at, at + chunkSize)
         const head = Buffer.allocUnsafe(4)
         head.writeUInt32BE(part.length, 0)
+        // One segment for the length and its chunk (no 4-byte packet of its own).
+        socket.cork()
         socket.write(head)
-        await write(socket, part)
+        const sent = write(socket, part)
+        socket.uncork()
+        await sent
       }
       if (answered || socket.destroyed) break
     }

@@ -40,7 +40,10 @@ export async function freePort(): Promise<number> {
 }
 
 /** Starts clamd with the test signature; resolves once it answers PING (about a second). */
-export async function startClamd(options: { streamMaxLength?: string } = {}): Promise<TestClamd> {
+export async function startClamd(
+  /** `config`: more clamd.conf lines, e.g. `MaxFileSize 400M` (a file over clamd's limits is not read in full). */
+  options: { streamMaxLength?: string; config?: string[] } = {},
+): Promise<TestClamd> {
   if (!CLAMD_BIN) throw new Error('clamd is not installed (Debian: apt-get install clamav-daemon; test/global-setup.ts installs it)')
   const dir = await mkdtemp(join(tmpdir(), 'attach-clamd-'))
   const db = join(dir, 'db')
@@ -64,6 +67,7 @@ export async function startClamd(options: { streamMaxLength?: string } = {}): Pr
       `StreamMaxLength ${options.streamMaxLength ?? '100M'}`,
       'Bytecode no',
       'SelfCheck 0',
+      ...(options.config ?? []),
       '',
     ].join('\n'),
   )
