@@ -111,7 +111,8 @@ const Base = (globalThis.HTMLElement ?? class {}) as typeof HTMLElement
  * saved reference's attachments for editing.
  *
  * Pictures: a chosen image shows from the local file at once, except a HEIC/HEIF photo (browsers do not
- * decode it), which shows its name and an icon. A saved image shows a 96-pixel resize from the server
+ * decode it), which shows its name and an icon until it is uploaded, then the server's JPEG of the
+ * temporary file. A saved image shows a 96-pixel resize from the server
  * (JPEG for a HEIC photo), with the record's placeholder (`placeholderDataUrl()`) behind it until it has
  * loaded; its `<img>` carries `data-loaded` from then on. A picture that cannot be shown becomes the icon.
  */
@@ -298,6 +299,12 @@ export class AttachField extends Base {
       item.state = 'done'
       item.progress = 100
       item.temporary = result.value
+      // A HEIC photo shows once it is up: the server's view of a temporary HEIC answers a JPEG.
+      if (item.file && isHeicFile(item.file) && !item.thumb) {
+        const url = this.#client.temporaryUrl(this.domain, this.category, result.value.name)
+        item.thumb = `${url}?w=96&h=96`
+        item.visual = undefined
+      }
       this.#announce(`${item.displayName} uploaded`)
     } else {
       item.state = 'failed'
