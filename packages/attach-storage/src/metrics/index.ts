@@ -41,7 +41,9 @@ const DURATION_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.
  * - `attach_storage_store_calls_total{store, operation}`, `attach_storage_store_call_duration_seconds{store, operation}`
  *   and `attach_storage_store_errors_total{store, operation}`;
  * - `attach_storage_quota_refusals_total{kind="tmp"|"tus"|"presign"}`: uploads refused with 413
- *   `quota-exceeded` (`upload.userQuota`), by what was refused.
+ *   `quota-exceeded` (`upload.userQuota`), by what was refused;
+ * - `attach_storage_scans_total{outcome="clean"|"infected"|"too-large"|"unavailable"|"unscanned"}`: virus
+ *   scans of uploads (a category's `scan`), by how they ended.
  */
 export function createPrometheusMetrics(options: PrometheusMetricsOptions = {}): PrometheusMetrics {
   const registry = options.registry ?? new Registry()
@@ -120,6 +122,12 @@ export function createPrometheusMetrics(options: PrometheusMetricsOptions = {}):
     labelNames: ['kind'] as const,
     registers,
   })
+  const scans = new Counter({
+    name: `${p}scans_total`,
+    help: 'Virus scans of uploads by clamd, by outcome (clean, infected, too-large, unavailable, unscanned)',
+    labelNames: ['outcome'] as const,
+    registers,
+  })
   resizeQueue.set({ state: 'running' }, 0)
   resizeQueue.set({ state: 'waiting' }, 0)
   variantQueue.set(0)
@@ -155,6 +163,9 @@ export function createPrometheusMetrics(options: PrometheusMetricsOptions = {}):
     },
     quotaRefusal(kind) {
       quotaRefusals.inc({ kind })
+    },
+    scan(outcome) {
+      scans.inc({ outcome })
     },
   }
   return {

@@ -54,7 +54,15 @@ export interface Instrumentation {
   variantQueue?(waiting: number): void
   /** An upload refused with 413 `quota-exceeded`: a multipart temporary upload, a tus creation or a presign. */
   quotaRefusal?(kind: 'tmp' | 'tus' | 'presign'): void
+  /**
+   * A virus scan ended (a category's `scan`): `clean`, `infected`, `too-large` (over clamd's
+   * StreamMaxLength), `unavailable` (no verdict: 503), `unscanned` (no verdict, kept by `on-error: accept`).
+   */
+  scan?(outcome: ScanReport): void
 }
+
+/** How a virus scan ended (see {@link Instrumentation.scan}). */
+export type ScanReport = 'clean' | 'infected' | 'too-large' | 'unavailable' | 'unscanned'
 
 /** How a named-variant job ended (see {@link Instrumentation.variantJob}). */
 export type VariantJobReport = 'made' | 'exists' | 'original' | 'gone' | 'failed' | 'dropped'
@@ -83,6 +91,7 @@ export function fanOut(observers: Instrumentation[]): Required<Instrumentation> 
     variantJob: each('variantJob'),
     variantQueue: each('variantQueue'),
     quotaRefusal: each('quotaRefusal'),
+    scan: each('scan'),
   }
 }
 

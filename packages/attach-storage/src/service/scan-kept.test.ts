@@ -1,6 +1,7 @@
 import { createServer, type Server, type Socket } from 'node:net'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { parseAttachConfig } from '../config/schema.js'
+import { createPrometheusMetrics } from '../metrics/index.js'
 import { contextOf } from './attach-storage.js'
 import { tmpKey, tmpMetaKey, tmpUploadKey } from './temporary.js'
 import { clamdScan, parseClamdAddress, parseClamdReply } from '../media/clamd.js'
@@ -36,6 +37,7 @@ describe('virus scanning with a real clamd (scan per category)', () => {
   let kit: Kit
   let garbage: Awaited<ReturnType<typeof fakeClamd>>
   let midstream: Awaited<ReturnType<typeof fakeClamd>>
+  const outcomes: string[] = []
   const tmpFiles = async () => (await kit.files(kit.tmpDir)).filter((f) => !f.startsWith('.'))
 
   beforeAll(async () => {
@@ -44,6 +46,7 @@ describe('virus scanning with a real clamd (scan per category)', () => {
     midstream = await fakeClamd(100_000, (s) => s.destroy())
     const down = `tcp://127.0.0.1:${await freePort()}`
     kit = await makeKit('sqlite', {
+      instrumentation: { scan: (outcome) => outcomes.push(outcome) },
       config: {
         resumable: { enabled: true },
         domains: {
@@ -202,6 +205,16 @@ describe('virus scanning with a real clamd (scan per category)', () => {
       message: 'The virus scanner is unavailable: clamd could not be reached (ECONNREFUSED)',
     })
     expect(await tmpFiles()).toEqual(before)
+  })
+
+  it('each scan is counted by outcome (instrumentation scan, attach_storage_scans_total)', async () => {
+    expect(new Set(outcomes)).toEqual(new Set(['infected', 'clean', 'too-large', 'unavailable', 'unscanned']))
+    expect(outcomes.filter((o) => o === 'infected')).toHaveLength(5)
+    const metrics = createPrometheusMetrics()
+    for (const o of outcomes) metrics.instrumentation.scan?.(o as 'clean')
+    const text = await (await metrics.answer()).text()
+    expect(text).toContain('attach_storage_scans_total{outcome="infected"} 5')
+    expect(text).toContain('attach_storage_scans_total{outcome="unavailable"} 3')
   })
 })
 

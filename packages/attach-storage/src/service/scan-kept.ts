@@ -46,18 +46,22 @@ export async function scanTemporary(
   try {
     const source = (await ctx.stores.tmpStore.get(tmpKey(name))) as AsyncIterable<Uint8Array>
     const verdict = await clamdScan(source, { address: scan.clamd })
+    ctx.observe.scan(verdict.infected ? 'infected' : 'clean')
     if (!verdict.infected) return undefined
     ctx.logger.warn(`attach-storage: ${displayName} (${name}) is infected: ${verdict.signature}; not kept`)
     return { code: 'infected', message: `${displayName} is infected: ${verdict.signature}` }
   } catch (err) {
     if (!(err instanceof ClamdError)) throw err
     if (scan.onError === 'accept') {
+      ctx.observe.scan('unscanned')
       ctx.logger.warn(`attach-storage: ${displayName} (${name}) kept unscanned (scan.on-error: accept): ${err.message} [${scan.clamd}]`)
       return undefined
     }
     if (err.failure === 'size-limit') {
+      ctx.observe.scan('too-large')
       return { code: 'too-large', message: `${displayName} is larger than the virus scanner accepts (clamd's StreamMaxLength)` }
     }
+    ctx.observe.scan('unavailable')
     ctx.logger.error(`attach-storage: the virus scan of ${name} failed [${scan.clamd}]:`, err)
     throw new AttachStorageError('scan-unavailable', `The virus scanner is unavailable: ${err.message}`, {
       status: 503,
