@@ -324,6 +324,10 @@ export interface StreamStrip {
  */
 export class JpegStripper extends Transform {
   #buf: Buffer = Buffer.alloc(0)
+  /** Chunks not joined to `#buf` yet: joined once `#need` bytes are there (a trickle costs no copies). */
+  #parts: Buffer[] = []
+  #partsLength = 0
+  #need = 1
   /** Bytes of the file seen so far (for the SOI check). */
   #seen = 0
   /** Bytes of a kept segment's body still to copy. */
@@ -341,7 +345,13 @@ export class JpegStripper extends Transform {
       return
     }
     this.#seen += chunk.length
-    this.#buf = this.#buf.length ? Buffer.concat([this.#buf, chunk]) : chunk
+    this.#parts.push(chunk)
+    this.#partsLength += chunk.length
+    if (this.#buf.length + this.#partsLength < this.#need) {
+      callback()
+      return
+    }
+    this.#gather()
     try {
       this.#walk()
     } catch (err) {
@@ -351,8 +361,16 @@ export class JpegStripper extends Transform {
   }
 
   override _flush(callback: TransformCallback): void {
+    this.#gather()
     if (!this.#pass) this.#broke(new StripError('the file ends in the middle of a block'))
     callback()
+  }
+
+  #gather(): void {
+    if (this.#parts.length === 0) return
+    this.#buf = this.#buf.length === 0 && this.#parts.length === 1 ? this.#parts[0]! : Buffer.concat([this.#buf, ...this.#parts])
+    this.#parts = []
+    this.#partsLength = 0
   }
 
   /** Gives up walking: the rest goes through as it is. */
@@ -381,9 +399,13 @@ export class JpegStripper extends Transform {
 
   /** Walks what is buffered as far as it can; the rest waits for more bytes. */
   #walk(): void {
+    this.#need = 1
     if (this.#seen === this.#buf.length && this.result.outcome === 'not-jpeg') {
       // The start of the file: FF D8 FF, or not a JPEG.
-      if (this.#buf.length < 3) return
+      if (this.#buf.length < 3) {
+        this.#need = 3
+        return
+      }
       if (this.#buf[0] !== 0xff || this.#buf[1] !== 0xd8 || this.#buf[2] !== 0xff) {
         this.#passRest('not-jpeg')
         return
@@ -406,14 +428,20 @@ export class JpegStripper extends Transform {
         if (at > MAX_FILL) throw new StripError('too many fill bytes between JPEG segments')
         at++
       }
-      if (at >= b.length) return
+      if (at >= b.length) {
+        this.#need = at + 1
+        return
+      }
       const marker = b[at]!
       if (marker === 0x01 || (marker >= 0xd0 && marker <= 0xd7)) {
         this.#emit(at + 1)
         continue
       }
       if (marker === 0xd9 || marker === 0x00) throw new StripError('the JPEG ends before its image data')
-      if (b.length < at + 3) return
+      if (b.length < at + 3) {
+        this.#need = at + 3
+        return
+      }
       const length = b.readUInt16BE(at + 1)
       if (length < 2) throw new StripError('a JPEG segment has an impossible length')
       if (marker === 0xda) {
@@ -422,7 +450,10 @@ export class JpegStripper extends Transform {
       }
       if (JPEG_DROP.has(marker)) {
         const end = at + 1 + length
-        if (b.length < end) return
+        if (b.length < end) {
+          this.#need = end
+          return
+        }
         if (marker === 0xe1 && b.toString('latin1', at + 3, at + 9) === 'Exif\0\0' && exifOrientation(b.subarray(at + 3, end)) !== 1) {
           // The pixels must be turned: the post-pass reads this orientation, so it stays.
           this.#passRest('orient')
