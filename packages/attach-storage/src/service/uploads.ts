@@ -2,8 +2,9 @@
 import type { Readable } from 'node:stream'
 import { badRequest } from '../errors.js'
 import type { FileProbe, FilterVerdict } from '../filters/filters.js'
-import { isAnalysed } from '../media/analyse.js'
+import { explainStored, isAnalysed } from '../media/analyse.js'
 import { extensionOf, sniffType } from '../media/sniff.js'
+import type { MediaInfo } from '../model.js'
 import type { RegisteredCategory } from '../registry/registry.js'
 import { renameAcross } from '../stores/local-store.js'
 import type { Store } from '../stores/store.js'
@@ -205,6 +206,18 @@ export async function keepTemporary(
     await discardReceived(ctx, [f])
     return { displayName: f.displayName, size: f.size, error: stripError }
   }
+  // The image filter takes only pictures that decode: in such a category an image is analysed now, and one
+  // the decoder refuses (truncated, corrupt, over the pixel limit: a HEIC bomb is refused from its header)
+  // fails its item naming the problem. Elsewhere the analysis runs in the background (analyseKept).
+  let media: MediaInfo | undefined
+  if (isAnalysed(type) && category.filters.some((x) => x.filter.name === 'image')) {
+    const analysis = await explainStored(ctx.stores.tmpStore, tmpKey(f.name), type, f.size, ctx.config.resize)
+    if (analysis.problem !== undefined) {
+      await discardReceived(ctx, [f])
+      return { displayName: f.displayName, size: f.size, error: { code: 'corrupt', message: `${f.displayName}: ${analysis.problem}` } }
+    }
+    media = analysis.media ?? undefined
+  }
   // Counted against the user's quota until it is committed, deleted or expires (a completed tus upload's
   // reservation becomes this one); past the quota the file goes and the request answers 413.
   try {
@@ -224,11 +237,11 @@ export async function keepTemporary(
     createdBy: access.user?.id ?? null,
     createdDt: ctx.now().toISOString(),
     // An image's media is learnt from the final temporary bytes in the background (the commit waits for
-    // it, or analyses the file itself); anything else has none.
-    ...(isAnalysed(type) ? {} : { media: null }),
+    // it, or analyses the file itself) unless it was learnt above; anything else has none.
+    ...(media ? { media } : isAnalysed(type) ? {} : { media: null }),
   }
   await ctx.stores.tmpStore.put(tmpMetaKey(f.name), Buffer.from(JSON.stringify(meta)), { contentType: 'application/json' })
-  analyseKept(ctx, meta)
+  if (!media) analyseKept(ctx, meta)
   ctx.events.emit('uploaded', {
     kind: 'temporary',
     refDomain,
