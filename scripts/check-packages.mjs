@@ -17,6 +17,9 @@
  * Prints one line per check (`ok`, `FAIL`, or `note` for what is reported but not a failure) and
  * exits 1 on any failure. Options:
  *   --skip-build     use the dist/ folders as they are
+ *   --build-record F after building, record in file F what the build read and wrote (sha256 by file);
+ *                    when F already records this tree's build and none of it changed, use that build
+ *                    again (CI's Node 24 run, after the Node 20 run built the same tree)
  *   --keep           keep the temporary folder (its path is printed)
  *   --with-scripts   run the dependencies' install scripts in the fresh project (compiles
  *                    better-sqlite3 from source when no prebuilt binary can be fetched; slower)
@@ -24,6 +27,7 @@
  *                    that tests running beside it (npm test) keep their timing
  */
 import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs'
+import { createHash } from 'node:crypto'
 import { builtinModules } from 'node:module'
 import { getPriority, setPriority, tmpdir } from 'node:os'
 import { dirname, join, relative, resolve, sep } from 'node:path'
@@ -82,7 +86,10 @@ async function main() {
 
   // 1. Build. Two checks in one tree would rebuild each other's dist/ while packing; the second waits.
   await takeLock()
+  const record = option('--build-record')
+  const reused = record && reusableBuild(record, packages)
   if (args.has('--skip-build')) line('note', 'build', 'skipped (--skip-build)')
+  else if (reused) line('ok', 'build', reused)
   else {
     const t = Date.now()
     // Up to 10 minutes: on a loaded machine tsup's declaration build alone has taken 7 (the default is 5).
@@ -92,6 +99,7 @@ async function main() {
       return
     }
     line('ok', 'build', `npm run build (${Math.round((Date.now() - t) / 1000)} s)`)
+    if (record) writeFileSync(record, JSON.stringify({ node: process.version, ...buildState(packages) }))
   }
 
   const work = mkdtempSync(join(tmpdir(), 'attach-storage-packages-'))
@@ -105,6 +113,62 @@ async function main() {
     if (args.has('--keep')) line('note', 'temporary folder kept', work)
     else rmSync(work, { recursive: true, force: true })
   }
+}
+
+/** The value of `--name value` among the arguments. */
+function option(name) {
+  const argv = process.argv.slice(2)
+  const i = argv.indexOf(name)
+  return i >= 0 ? argv[i + 1] : undefined
+}
+
+/**
+ * What a build reads and what it writes, file by file (sha256): the root package.json and
+ * tsup.config.ts, each published package's own files (package.json, build-browser.mjs...) and src/,
+ * and its dist/.
+ */
+function buildState(packages) {
+  const hashes = (paths) =>
+    Object.fromEntries(
+      paths.filter((f) => existsSync(f)).map((f) => [relative(root, f), createHash('sha256').update(readFileSync(f)).digest('hex')]),
+    )
+  const walk = (d) =>
+    existsSync(d)
+      ? readdirSync(d, { withFileTypes: true }).flatMap((e) => (e.isDirectory() ? walk(join(d, e.name)) : [join(d, e.name)]))
+      : []
+  return {
+    inputs: hashes([
+      join(root, 'package.json'),
+      join(root, 'tsup.config.ts'),
+      ...packages.flatMap((p) => [
+        ...readdirSync(p.dir, { withFileTypes: true })
+          .filter((e) => e.isFile())
+          .map((e) => join(p.dir, e.name)),
+        ...walk(join(p.dir, 'src')),
+      ]),
+    ]),
+    outputs: hashes(packages.flatMap((p) => walk(join(p.dir, 'dist')))),
+  }
+}
+
+/**
+ * With `--build-record FILE` (CI's second run, on another Node): the build of the first run is used
+ * again when FILE records it and nothing it read or wrote has changed since. The build's output does
+ * not depend on the Node that runs it (esbuild is a native binary; the declarations come from the
+ * TypeScript compiler); what does (installing, importing and running the packages) runs on this Node.
+ * Answers the `ok build` detail, or undefined to build.
+ */
+function reusableBuild(record, packages) {
+  let before
+  try {
+    before = JSON.parse(readFileSync(record, 'utf8'))
+  } catch {
+    return undefined
+  }
+  const now = buildState(packages)
+  const same = (a, b) => JSON.stringify(Object.entries(a).sort()) === JSON.stringify(Object.entries(b).sort())
+  if (!same(before.inputs, now.inputs) || !same(before.outputs, now.outputs) || Object.keys(now.outputs).length === 0) return undefined
+  return `the build made on Node ${before.node} in this run, used again: its ${Object.keys(now.inputs).length} inputs and ${Object.keys(now.outputs).length} dist/ files unchanged (--build-record)`
 }
 
 /**
