@@ -26,9 +26,9 @@ import { existsSync, mkdirSync, mkdtempSync, realpathSync, rmSync, writeFileSync
 import { tmpdir } from 'node:os'
 import { dirname, join, resolve, sep } from 'node:path'
 import { fileURLToPath } from 'node:url'
+import { CHROMIUM_ARGS, CHROMIUM_PATH as CHROMIUM } from './chromium.mjs'
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '..')
-const CHROMIUM = '/usr/bin/chromium'
 const artifacts = join(root, 'examples', 'adapters-test', 'test-artifacts', 'browser-bundle')
 
 /** The host, run in the fresh project: everything it imports comes from there (the tarballs). */
@@ -245,14 +245,7 @@ export async function checkBrowserBundle(app) {
       executablePath: CHROMIUM,
       headless: true,
       viewport: { width: 800, height: 480 },
-      args: [
-        '--headless',
-        '--no-sandbox',
-        '--disable-gpu',
-        '--no-first-run',
-        '--disable-background-networking',
-        '--disable-component-update',
-      ],
+      args: CHROMIUM_ARGS,
     })
     const base = `http://127.0.0.1:${host.port}`
     for (const [variant, label] of [

@@ -3,7 +3,7 @@ import { randomBytes } from 'node:crypto'
 import { createWriteStream, type Dirent, existsSync } from 'node:fs'
 import { readdir, rm, writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
-import sharp from 'sharp'
+import sharp, { type Sharp } from 'sharp'
 
 /** A file of `size` bytes: a 4 MiB block of random bytes repeated (incompressible at any window size). */
 export async function bigFile(dir: string, size: number): Promise<string> {
@@ -41,6 +41,12 @@ export async function paddedJpeg(path: string, size: number): Promise<string> {
  */
 export async function photoJpeg(path: string, width: number, height: number): Promise<string> {
   if (existsSync(path)) return path
+  await (await photoPipeline(width, height)).jpeg({ quality: 85 }).toFile(path)
+  return path
+}
+
+/** A photo-like picture (smooth colour fields with grain of `grain` sigma), as a sharp pipeline to encode. */
+export async function photoPipeline(width: number, height: number, grain = 12): Promise<Sharp> {
   const coarse = await sharp({
     create: {
       width: Math.ceil(width / 10),
@@ -52,15 +58,12 @@ export async function photoJpeg(path: string, width: number, height: number): Pr
   })
     .png()
     .toBuffer()
-  const grain = {
-    create: { width, height, channels: 3 as const, background: '#808080', noise: { type: 'gaussian' as const, mean: 128, sigma: 12 } },
+  const noise = {
+    create: { width, height, channels: 3 as const, background: '#808080', noise: { type: 'gaussian' as const, mean: 128, sigma: grain } },
   }
-  await sharp(coarse)
+  return sharp(coarse)
     .resize(width, height, { kernel: 'cubic', fit: 'fill' })
-    .composite([{ input: grain, blend: 'overlay' }])
-    .jpeg({ quality: 85 })
-    .toFile(path)
-  return path
+    .composite([{ input: noise, blend: 'overlay' }])
 }
 
 /** Removes every file under `dir` (recursively), leaving the folders. */

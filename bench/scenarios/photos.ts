@@ -17,7 +17,7 @@
 import { rm, writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import sharp from 'sharp'
-import { removeFiles } from '../lib/files.js'
+import { photoPipeline, removeFiles } from '../lib/files.js'
 import { jsonCall, median, uploadMultipart } from '../lib/http.js'
 import { cpuSeconds } from '../lib/proc.js'
 import { startReference } from '../lib/reference.js'
@@ -37,29 +37,7 @@ const HEIGHT = 3000
 
 /** A photo-like 12-megapixel JPEG (smooth colour fields with grain) carrying EXIF with GPS, orientation 1. */
 async function cameraJpeg(path: string): Promise<Buffer> {
-  const coarse = await sharp({
-    create: {
-      width: WIDTH / 10,
-      height: HEIGHT / 10,
-      channels: 3,
-      background: '#808080',
-      noise: { type: 'gaussian', mean: 128, sigma: 60 },
-    },
-  })
-    .png()
-    .toBuffer()
-  const grain = {
-    create: {
-      width: WIDTH,
-      height: HEIGHT,
-      channels: 3 as const,
-      background: '#808080',
-      noise: { type: 'gaussian' as const, mean: 128, sigma: 10 },
-    },
-  }
-  const bytes = await sharp(coarse)
-    .resize(WIDTH, HEIGHT, { kernel: 'cubic', fit: 'fill' })
-    .composite([{ input: grain, blend: 'overlay' }])
+  const bytes = await (await photoPipeline(WIDTH, HEIGHT, 10))
     .withMetadata({ orientation: 1 })
     .withExif({
       IFD0: { Make: 'BenchCam', Model: 'Photo 12', Software: 'attach-storage bench' },

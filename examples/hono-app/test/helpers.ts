@@ -8,6 +8,7 @@ import { fileURLToPath } from 'node:url'
 import { serve, type ServerType } from '@hono/node-server'
 import { chromium } from 'playwright-core'
 import { build } from 'esbuild'
+import { CHROMIUM_ARGS, CHROMIUM_PATH } from '../../../scripts/chromium.mjs'
 import { SignJWT } from 'jose'
 import { openTestDatabase } from '../../../test/databases.js'
 import { createReferenceApp, type ReferenceApp } from '../src/app.js'
@@ -72,18 +73,9 @@ export async function pgDatabase(): Promise<{ url: string; drop(): Promise<void>
 /** Debian's Chromium, headless, for the browser tests (playwright-core drives it; nothing is downloaded). */
 export function launchChromium(profile: string, options: { viewport?: { width: number; height: number }; acceptDownloads?: boolean } = {}) {
   return chromium.launchPersistentContext(profile, {
-    executablePath: '/usr/bin/chromium',
+    executablePath: CHROMIUM_PATH,
     headless: true,
-    args: [
-      '--headless',
-      '--no-sandbox',
-      '--disable-gpu',
-      '--disable-quic',
-      '--no-first-run',
-      '--disable-background-networking',
-      '--disable-component-update',
-      '--disable-sync',
-    ],
+    args: [...CHROMIUM_ARGS],
     ...options,
   })
 }

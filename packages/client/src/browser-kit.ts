@@ -14,6 +14,7 @@ import type { AttachmentView } from 'attach-storage'
 import { createNodeHandler } from 'attach-storage/node'
 import { build } from 'esbuild'
 import { type BrowserContext, chromium, type Page } from 'playwright-core'
+import { CHROMIUM_ARGS, CHROMIUM_PATH } from '../../../scripts/chromium.mjs'
 import { startTestServer, type TestServer } from './test-kit.js'
 
 /** Where the browser tests leave their screenshots (gitignored). */
@@ -67,20 +68,11 @@ export async function startFieldPages(): Promise<FieldPages> {
   let context: BrowserContext | undefined
   try {
     context = await chromium.launchPersistentContext(profile, {
-      executablePath: '/usr/bin/chromium',
+      executablePath: CHROMIUM_PATH,
       headless: true,
       viewport: { width: 560, height: 420 },
       deviceScaleFactor: 2,
-      args: [
-        '--headless',
-        '--no-sandbox',
-        '--disable-gpu',
-        '--disable-quic',
-        '--no-first-run',
-        '--disable-background-networking',
-        '--disable-component-update',
-        '--disable-sync',
-      ],
+      args: [...CHROMIUM_ARGS],
     })
   } catch (err) {
     http.close()

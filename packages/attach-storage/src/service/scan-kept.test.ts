@@ -6,7 +6,7 @@ import { contextOf } from './attach-storage.js'
 import { tmpKey, tmpMetaKey, tmpUploadKey } from './temporary.js'
 import { clamdScan, parseClamdAddress, parseClamdReply } from '../media/clamd.js'
 import { startClamd, type TestClamd, TEST_SIGNATURE, TEST_VIRUS_MARKER, freePort } from '../testing/clamd-kit.js'
-import { type Kit, makeKit } from '../testing/handler-kit.js'
+import { type Kit, makeKit, tusInOnePatch } from '../testing/handler-kit.js'
 
 const text = (s: string) => new Blob([s], { type: 'text/plain' })
 const INFECTED = `hello ${TEST_VIRUS_MARKER} bye`
@@ -109,22 +109,7 @@ describe('virus scanning with a real clamd (scan per category)', () => {
   })
 
   it('a tus upload is scanned at completion: infected answers 400 infected and leaves nothing', async () => {
-    const b64 = (x: string) => Buffer.from(x).toString('base64')
-    const tus = { 'tus-resumable': '1.0.0' }
-    const created = await kit.call('/api/storage/attach/tus', {
-      method: 'POST',
-      headers: {
-        ...tus,
-        'upload-length': String(INFECTED.length),
-        'upload-metadata': `filename ${b64('evil.txt')},refDomain ${b64('demo')},refCategory ${b64('scanned')}`,
-      },
-    })
-    expect(created.status).toBe(201)
-    const patched = await kit.call(created.headers.get('location')!, {
-      method: 'PATCH',
-      headers: { ...tus, 'content-type': 'application/offset+octet-stream', 'upload-offset': '0' },
-      body: new TextEncoder().encode(INFECTED),
-    })
+    const { patched } = await tusInOnePatch(kit, new TextEncoder().encode(INFECTED), 'evil.txt', 'scanned')
     expect(patched.status).toBe(400)
     expect(await patched.json()).toEqual({ code: 'infected', message: `evil.txt is infected: ${TEST_SIGNATURE}` })
     expect(await tmpFiles()).toEqual([])

@@ -4,7 +4,7 @@ import { join } from 'node:path'
 import sharp from 'sharp'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { parseAttachConfig } from '../config/schema.js'
-import { type Kit, makeKit, saveFile } from '../testing/handler-kit.js'
+import { type Kit, makeKit, saveFile, tusInOnePatch } from '../testing/handler-kit.js'
 
 const XMP = '<x:xmpmeta xmlns:x="adobe:ns:meta/"><rdf:RDF xmlns:rdf="http://www.w3.org/1999/02/22-rdf-syntax-ns#"/></x:xmpmeta>'
 const GPS = { IFD0: { Copyright: 'someone' }, IFD3: { GPSLatitudeRef: 'N', GPSLatitude: '48/1 51/1 0/1' } }
@@ -94,23 +94,7 @@ describe('metadata stripping through the HTTP handler', () => {
 
   it('a tus upload is stripped when it completes; the committed record is the stored bytes', async () => {
     const original = await canvas(64, 32).jpeg().withExif(GPS).withXmp(XMP).toBuffer()
-    const b64 = (x: string) => Buffer.from(x).toString('base64')
-    const tus = { 'tus-resumable': '1.0.0' }
-    const created = await kit.call('/api/storage/attach/tus', {
-      method: 'POST',
-      headers: {
-        ...tus,
-        'upload-length': String(original.length),
-        'upload-metadata': `filename ${b64('tus.jpg')},refDomain ${b64('demo')},refCategory ${b64('image')}`,
-      },
-    })
-    expect(created.status).toBe(201)
-    const location = created.headers.get('location')!
-    const patched = await kit.call(location, {
-      method: 'PATCH',
-      headers: { ...tus, 'content-type': 'application/offset+octet-stream', 'upload-offset': '0' },
-      body: new Uint8Array(original),
-    })
+    const { location, patched } = await tusInOnePatch(kit, new Uint8Array(original), 'tus.jpg', 'image')
     expect(patched.status).toBe(204)
     const saved = await kit.call('/api/storage/attach/demo/6', {
       method: 'POST',

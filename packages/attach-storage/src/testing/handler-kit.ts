@@ -188,3 +188,33 @@ export async function saveFile(kit: Kit, blob: Blob, name: string, refKey: strin
   const list = (await res.json()).attachList
   return list[list.length - 1]
 }
+
+/**
+ * A tus upload of `bytes` in one PATCH into `demo/{refCategory}`: the creation (expected 201) and the
+ * PATCH's answer, and the upload's address (its last segment is the temporary name a save takes).
+ */
+export async function tusInOnePatch(
+  kit: Kit,
+  bytes: Uint8Array<ArrayBuffer> | Uint8Array,
+  fileName: string,
+  refCategory: string,
+): Promise<{ location: string; patched: Response }> {
+  const b64 = (x: string) => Buffer.from(x).toString('base64')
+  const tus = { 'tus-resumable': '1.0.0' }
+  const created = await kit.call('/api/storage/attach/tus', {
+    method: 'POST',
+    headers: {
+      ...tus,
+      'upload-length': String(bytes.length),
+      'upload-metadata': `filename ${b64(fileName)},refDomain ${b64('demo')},refCategory ${b64(refCategory)}`,
+    },
+  })
+  if (created.status !== 201) throw new Error(`tus creation answered ${created.status}: ${await created.text()}`)
+  const location = created.headers.get('location')!
+  const patched = await kit.call(location, {
+    method: 'PATCH',
+    headers: { ...tus, 'content-type': 'application/offset+octet-stream', 'upload-offset': '0' },
+    body: new Uint8Array(bytes),
+  })
+  return { location, patched }
+}
