@@ -154,6 +154,7 @@ export async function clamdScan(source: AsyncIterable<Uint8Array> | Iterable<Uin
     answered = true
   }
   reply.then(settled, settled)
+  let sentBytes = 0
   try {
     await write(socket, Buffer.from('zINSTREAM\0'))
     for await (const chunk of source) {
@@ -167,6 +168,7 @@ export async function clamdScan(source: AsyncIterable<Uint8Array> | Iterable<Uin
         const sent = write(socket, part)
         socket.uncork()
         await sent
+        sentBytes += part.length
       }
       if (answered || socket.destroyed) break
     }
@@ -177,6 +179,26 @@ export async function clamdScan(source: AsyncIterable<Uint8Array> | Iterable<Uin
   }
   try {
     return parseClamdReply(await reply)
+  } catch (err) {
+    // clamd closes a stream past its StreamMaxLength after answering so; with our chunks still unread on
+    // its side the close is a reset, which can discard that answer before it is read. A clamd that
+    // answers PING right after dropping a stream mid-way has refused it: its size limit.
+    if (err instanceof ClamdError && err.failure === 'closed' && sentBytes > 0) {
+      const alive = await clamdPing({ address: options.address, connectTimeoutMs: 1000, replyTimeoutMs: 1000 }).then(
+        () => true,
+        () => false,
+      )
+      if (alive) {
+        throw new ClamdError(
+          'size-limit',
+          `the file is larger than clamd accepts (its StreamMaxLength): it closed the stream after ${sentBytes} bytes`,
+          {
+            cause: err,
+          },
+        )
+      }
+    }
+    throw err
   } finally {
     socket.destroy()
   }

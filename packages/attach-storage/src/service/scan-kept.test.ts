@@ -216,6 +216,30 @@ describe('the clamd client and the scan setting', () => {
     expect(() => parseClamdReply('stream: FOUND\0')).toThrow(expect.objectContaining({ failure: 'garbage' }))
   })
 
+  it('a clamd that resets a stream mid-way and answers PING has refused it (its size limit); one that does not answer PING is closed', async () => {
+    // What a real clamd does past StreamMaxLength when its answer is lost to the reset: drop the stream.
+    const resetting = createServer((socket) => {
+      let read = 0
+      socket.on('error', () => {})
+      socket.on('data', (c: Buffer) => {
+        if (read === 0 && c.subarray(0, 5).toString() === 'zPING') return void socket.end('PONG\0')
+        read += c.length
+        if (read >= 100_000) socket.resetAndDestroy()
+      })
+    })
+    await new Promise<void>((resolve) => resetting.listen(0, '127.0.0.1', resolve))
+    const address = `tcp://127.0.0.1:${(resetting.address() as { port: number }).port}`
+    const big = () => [new Uint8Array(1024 * 1024)]
+    await expect(clamdScan(big(), { address })).rejects.toMatchObject({
+      failure: 'size-limit',
+      message: expect.stringContaining('closed the stream after'),
+    })
+    const dropping = await fakeClamd(100_000, (s) => s.destroy())
+    await expect(clamdScan(big(), { address: dropping.address })).rejects.toMatchObject({ failure: 'closed' })
+    dropping.server.close()
+    resetting.close()
+  })
+
   it('a clamd that never answers times out; one that stops reading does not grow memory', async () => {
     const silent = await fakeClamd(Number.POSITIVE_INFINITY, () => {})
     const address = silent.address
