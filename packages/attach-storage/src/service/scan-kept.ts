@@ -3,9 +3,9 @@ import { AttachStorageError } from '../errors.js'
 import { ClamdError, clamdScan } from '../media/clamd.js'
 import type { RegisteredCategory } from '../registry/registry.js'
 import type { ServiceContext } from './context.js'
-import { releaseUploads } from './quota.js'
-import { tmpKey, tmpMetaKey } from './temporary.js'
+import { tmpKey } from './temporary.js'
 import type { ReceivedFile } from './types.js'
+import { discardReceived } from './uploads.js'
 
 /** The refusal item of a file that is not kept. */
 type Refusal = { displayName: string; size: number; error: { code: string; message: string } }
@@ -22,11 +22,11 @@ export async function scanReceived(ctx: ServiceContext, f: ReceivedFile, categor
   try {
     error = await scanTemporary(ctx, f.name, f.displayName, category)
   } catch (err) {
-    await discard(ctx, f)
+    await discardReceived(ctx, [f])
     throw err
   }
   if (!error) return undefined
-  await discard(ctx, f)
+  await discardReceived(ctx, [f])
   return { displayName: f.displayName, size: f.size, error }
 }
 
@@ -69,13 +69,4 @@ export async function scanTemporary(
       headers: { 'retry-after': '30' },
     })
   }
-}
-
-/** Removes the file and any sidecar, and frees its quota reservation. */
-async function discard(ctx: ServiceContext, f: ReceivedFile): Promise<void> {
-  const tmp = ctx.stores.tmpStore
-  await Promise.all([tmp.delete(tmpKey(f.name)), tmp.delete(tmpMetaKey(f.name))]).catch((err) =>
-    ctx.logger.warn('attach-storage: could not remove temporary files', err),
-  )
-  await releaseUploads(ctx, [f.name])
 }
