@@ -47,12 +47,42 @@ export interface AttachmentRecord {
   media: MediaInfo | null
 }
 
+/**
+ * What a file is (`media` of a record): an image's displayed size and ThumbHash placeholder; a video's
+ * displayed size and length; an audio file's length; a PDF's page count.
+ */
+export type MediaInfo = ImageMedia | VideoMedia | AudioMedia | PdfMedia
+
 /** The media of an image record: its displayed size and a ThumbHash placeholder (base64, at most 48 characters). */
-export interface MediaInfo {
+export interface ImageMedia {
   width: number
   height: number
   placeholder: string
 }
+
+/** The media of a video: its frame as displayed (rotation applied) and its length in milliseconds. */
+export interface VideoMedia {
+  width: number
+  height: number
+  durationMs: number
+}
+
+/** The media of an audio file: its length in milliseconds. */
+export interface AudioMedia {
+  durationMs: number
+}
+
+/** The media of a PDF: its number of pages. */
+export interface PdfMedia {
+  pages: number
+}
+
+/**
+ * Where a PDF's or a video's preview image stands: `pending` (its background job has not made it yet),
+ * `made`, `failed` (the file could not be previewed: corrupt, encrypted, beyond a bound), `off` (this
+ * server lacks the tool).
+ */
+export type PreviewState = 'pending' | 'made' | 'failed' | 'off'
 
 /** What the server adds when it answers a record. */
 export interface AttachmentView extends Omit<AttachmentRecord, 'sha256' | 'store' | 'blobId'> {
@@ -75,6 +105,13 @@ export interface AttachmentView extends Omit<AttachmentRecord, 'sha256' | 'store
    * `variants`.
    */
   variantBoxes?: Record<string, { w?: number; h?: number; fit?: 'inside' | 'cover'; format?: 'webp' | 'avif' | 'jpeg' | 'png' }>
+  /** For a PDF or a video: where its preview image stands (docs/previews.md). */
+  preview?: PreviewState
+  /**
+   * For a PDF or a video whose preview is made: its address (a JPEG, longest side `previews.max-side`).
+   * `?w=`/`?h=`/`?format=`/`fit` and named variants on the view route by id are made from it too.
+   */
+  thumbnailUrl?: string
 }
 
 /** One physical stored file, possibly shared by several records (the `savedDir` reuse case). */

@@ -45,7 +45,7 @@ it('<attach-field> shows each saved image’s placeholder until its thumbnail ha
   const looked = await pages.srv.client.lookup('demo', 'p1', 'photo')
   if (!looked.ok) throw new Error(looked.error.message)
   const records = looked.value.photo as AttachmentView[]
-  expect(records.map((r) => typeof r.media?.placeholder)).toEqual(['string', 'string', 'string'])
+  expect(records.map((r) => typeof (r.media as { placeholder?: string } | null)?.placeholder)).toEqual(['string', 'string', 'string'])
 
   const page = await pages.open()
   // The thumbnails are held back until released: what shows meanwhile is the placeholder.

@@ -6,7 +6,8 @@ import { thumbHashToDataURL } from 'thumbhash'
 
 /** What {@link placeholderDataUrl} reads of a record: its `media` (an `AttachmentView` will do). */
 export interface WithMedia {
-  media?: { placeholder?: string } | null
+  /** The record's media: only an image's carries a placeholder. */
+  media?: { placeholder?: string } | { durationMs: number } | { pages: number } | null
 }
 
 /**
@@ -26,7 +27,8 @@ export interface WithMedia {
  * ```
  */
 export function placeholderDataUrl(record: WithMedia | null | undefined): string | undefined {
-  const hash = record?.media?.placeholder
+  const media = record?.media
+  const hash = media && 'placeholder' in media ? media.placeholder : undefined
   if (typeof hash !== 'string' || hash.length < 5 || hash.length > 48) return undefined
   try {
     const bytes = Uint8Array.from(atob(hash), (c) => c.charCodeAt(0))

@@ -18,7 +18,8 @@ export interface VariantBox {
 export interface WithVariants {
   url: string
   fileType?: string
-  media?: { width: number; height: number } | null
+  /** The record's media: an image's (or a video's) carries its displayed size. */
+  media?: { width: number; height: number } | { durationMs: number } | { pages: number } | null
   /** The named variants made so far, name to address, as lookups answer them. */
   variants?: Record<string, string>
   /** Their boxes, name to box, as lookups answer them (what {@link srcsetOf} reads without `boxes`). */
@@ -68,7 +69,7 @@ export function srcsetOf(record: WithVariants | null | undefined, options: Srcse
   if (!record || (record.fileType !== undefined && (!record.fileType.startsWith('image/') || record.fileType.startsWith('image/svg')))) {
     return ''
   }
-  const media = record.media ? record.media : undefined
+  const media = record.media && 'width' in record.media ? record.media : undefined
   const full = media && media.width > 0 && media.height > 0 ? media : undefined
   const candidates: { url: string; width: number }[] = []
   for (const [name, url] of Object.entries(record.variants ?? {})) {

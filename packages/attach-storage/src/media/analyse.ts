@@ -7,7 +7,7 @@
 import pLimit, { type LimitFunction } from 'p-limit'
 import sharp from 'sharp'
 import { rgbaToThumbHash } from 'thumbhash'
-import type { MediaInfo } from '../model.js'
+import type { ImageMedia as MediaInfo } from '../model.js'
 import { readAll } from '../stores/read-all.js'
 import type { Store } from '../stores/store.js'
 import { HeicError, heicImage, isHeic } from './heic.js'
