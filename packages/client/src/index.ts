@@ -15,6 +15,7 @@ export {
   type TemporaryFile,
   type UploadOptions,
 } from './client.js'
+export { fileKind, formatDuration, formatPages, mediaLabel, previewOf, type WithPreview } from './media-label.js'
 export { placeholderDataUrl, type WithMedia } from './placeholder.js'
 export { srcsetOf, type SrcsetOptions, type VariantBox, type WithVariants } from './srcset.js'
 export { AttachContainerBuilder, limiter, mergeContainers, type AttachContainer, type ListedFile } from './container.js'
