@@ -49,8 +49,12 @@ export interface VideoOptions {
   audio?: boolean
   /** Rotation metadata in degrees (mp4/mov display matrix), the pixels left as they are. */
   rotate?: number
-  /** Video bit rate, e.g. `2M`, for files of a chosen size. */
+  /** Video bit rate, e.g. `2M`. */
   bitrate?: string
+  /** h264's constant quantizer (0 lossless … 51): a low one with `testsrc2` makes a large file fast. */
+  qp?: number
+  /** The lavfi source: `testsrc2` moves more, so it compresses less. @default 'testsrc' */
+  source?: 'testsrc' | 'testsrc2'
 }
 
 /** A test-pattern video (lavfi `testsrc`): h264 when libx264 is there (else mpeg4) in mp4/mov/mkv, vp8 in webm. */
@@ -58,14 +62,22 @@ export async function makeVideo(path: string, options: VideoOptions = {}): Promi
   const { seconds = 5, width = 320, height = 240, rate = 25, gop = 50, faststart = true } = options
   const webm = path.endsWith('.webm')
   const codec = webm ? ['-c:v', 'libvpx'] : hasEncoder('libx264') ? ['-c:v', 'libx264', '-preset', 'ultrafast'] : ['-c:v', 'mpeg4']
-  const args = ['-f', 'lavfi', '-i', `testsrc=size=${width}x${height}:rate=${rate}:duration=${seconds}`]
+  const args = ['-f', 'lavfi', '-i', `${options.source ?? 'testsrc'}=size=${width}x${height}:rate=${rate}:duration=${seconds}`]
   if (options.audio) args.push('-f', 'lavfi', '-i', `sine=frequency=440:duration=${seconds}`)
   args.push(...codec, '-pix_fmt', 'yuv420p', '-g', String(gop))
   if (options.bitrate) args.push('-b:v', options.bitrate)
+  if (options.qp !== undefined && !webm) args.push('-qp', String(options.qp))
   if (options.audio) args.push('-c:a', webm ? 'libopus' : 'aac')
   if (faststart && !webm) args.push('-movflags', '+faststart')
-  if (options.rotate !== undefined) args.push('-metadata:s:v:0', `rotate=${options.rotate}`)
-  await ffmpeg([...args, path])
+  if (options.rotate === undefined) {
+    await ffmpeg([...args, path])
+    return path
+  }
+  // ffmpeg 5.1 keeps a rotate tag only when it copies the stream: encode, then copy with the tag.
+  const plain = `${path}.plain${path.slice(path.lastIndexOf('.'))}`
+  await ffmpeg([...args, plain])
+  await ffmpeg(['-i', plain, '-c', 'copy', '-metadata:s:v:0', `rotate=${options.rotate}`, path])
+  await rm(plain, { force: true })
   return path
 }
 
