@@ -22,6 +22,7 @@ import { adaptersBench, listBench, s3Bench } from './scenarios/hooks.js'
 import { heicBench } from './scenarios/heic.js'
 import { hostileBench } from './scenarios/hostile.js'
 import { photosBench } from './scenarios/photos.js'
+import { previewsBench } from './scenarios/previews.js'
 import { resizeBench } from './scenarios/resize.js'
 import { scanBench } from './scenarios/scan.js'
 import { smallViewsBench } from './scenarios/small-views.js'
@@ -45,6 +46,7 @@ const SCENARIOS: Scenario[] = [
   { name: 'photos', title: 'analysis and metadata stripping of a 12 MP JPEG upload', run: photosBench },
   { name: 'heic', title: 'a 12 MP HEIC photo to an 800 px JPEG against heif-convert + sharp, and its memory', run: heicBench },
   { name: 'scan', title: 'virus scanning of a 100 MiB upload with clamd against clamdscan --stream', run: scanBench },
+  { name: 'previews', title: 'PDF first page against pdftoppm, 2 vs 200 pages, a 1 GiB video on s3rver', run: previewsBench },
   { name: 'zip', title: 'ZIP of 200 files against archiver', run: zipBench },
   { name: 'list', title: 'list (bench/list.ts)', run: listBench },
   { name: 'adapters', title: '50 KB views through the Express and Fastify adapters', run: adaptersBench },
