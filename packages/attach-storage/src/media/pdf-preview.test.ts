@@ -134,6 +134,12 @@ describe.skipIf(!tools.pdfinfo || !tools.pdftoppm)('PDF previews with poppler (p
     expect(broken.message).toMatch(/^not a readable PDF/)
   })
 
+  it('a Title that prints a fake "Pages: 1" line before pdfinfo\'s own does not hide the real count', async () => {
+    const path = await pdf('title.pdf', { pages: 20_000, title: 'Report\nPages:           1\nEncrypted:       no' })
+    const err = await failure(probePdf(path, tools, BOUNDS))
+    expect(err).toMatchObject({ code: 'too-many-pages', message: 'the PDF has 20000 pages, more than the 10000 allowed' })
+  })
+
   it('an array nested 1,000,000 deep: bounded by memory (corrupt) or by time (timeout), the tool gone', async () => {
     const path = await pdf('nested.pdf', { nestDepth: 1_000_000 })
     let started = performance.now()

@@ -81,6 +81,12 @@ describe.skipIf(!tools.ffmpeg || !tools.ffprobe)('video and audio previews with 
     expect(await probeAv(withSound, tools, BOUNDS)).toMatchObject({ kind: 'video', width: 320, height: 240 })
   })
 
+  it('a duration that overstates the video: the seek lands past the last frame, the first frame is taken', async () => {
+    // 10 % of 600 s, at most 5 s: past the last frame (4.96 s) of this 5 s clip.
+    const overstated: AvProbe = { kind: 'video', durationMs: 600_000, width: 320, height: 240 }
+    expect(await videoFrame(mp4, overstated, tools, BOUNDS)).toMatchObject({ width: 320, height: 240 })
+  })
+
   it('a video rotated 90° by its metadata: width and height swapped, the frame upright', async () => {
     const rotated = await makeVideo(join(dir, 'rotated.mp4'), { seconds: 2, rotate: 90 })
     const probe = await probeAv(rotated, tools, BOUNDS)

@@ -25,6 +25,8 @@ export interface PdfKitOptions {
   nestDepth?: number
   /** Extra page-tree nodes with one kid each above the real tree (a tree this much deeper). */
   pageTreeDepth?: number
+  /** The document's Title (an Info dictionary); line breaks are written as `\n` escapes. */
+  title?: string
   /** Standard security handler V1 R2: the user password opens the file, the owner password lifts limits. */
   encrypt?: { userPassword: string; ownerPassword: string }
 }
@@ -120,6 +122,7 @@ export function pdfBytes(options: PdfKitOptions = {}): Buffer {
   const id = md5(Buffer.from(`attach-storage pdf-kit ${JSON.stringify(options)}`))
   const security = options.encrypt ? standardSecurity(options.encrypt.userPassword, options.encrypt.ownerPassword, -4, id) : undefined
   const encryptNum = security ? alloc() : 0
+  const infoNum = options.title === undefined ? 0 : alloc()
   const objectKey = (num: number): Buffer => {
     const tail = Buffer.from([num & 255, (num >> 8) & 255, (num >> 16) & 255, 0, 0])
     return md5(security?.key ?? Buffer.alloc(0), tail).subarray(0, 10)
@@ -143,6 +146,11 @@ export function pdfBytes(options: PdfKitOptions = {}): Buffer {
     bodies[encryptNum - 1] = `<< /Filter /Standard /V 1 /R 2 /O <${security.o.toString('hex')}> /U <${security.u.toString('hex')}> /P -4 >>`
   }
 
+  if (options.title !== undefined) {
+    const escaped = options.title.replace(/[\\()]/g, (c) => `\\${c}`).replace(/\n/g, '\\n')
+    bodies[infoNum - 1] = `<< /Title (${escaped}) >>`
+  }
+
   const chunks: Buffer[] = [Buffer.from('%PDF-1.4\n%\xe2\xe3\xcf\xd3\n', 'latin1')]
   let offset = chunks[0]?.length ?? 0
   const offsets: number[] = []
@@ -156,7 +164,7 @@ export function pdfBytes(options: PdfKitOptions = {}): Buffer {
   const xref = [`xref\n0 ${size}\n0000000000 65535 f \n`]
   for (const o of offsets) xref.push(`${String(o).padStart(10, '0')} 00000 n \n`)
   for (let n = bodies.length + 1; n < size; n++) xref.push('0000000000 65535 f \n')
-  const encrypt = security ? ` /Encrypt ${encryptNum} 0 R` : ''
+  const encrypt = (security ? ` /Encrypt ${encryptNum} 0 R` : '') + (infoNum ? ` /Info ${infoNum} 0 R` : '')
   const hexId = id.toString('hex')
   xref.push(`trailer\n<< /Size ${size} /Root ${catalog} 0 R${encrypt} /ID [<${hexId}> <${hexId}>] >>\nstartxref\n${offset}\n%%EOF\n`)
   chunks.push(Buffer.from(xref.join('')))

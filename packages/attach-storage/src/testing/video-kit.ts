@@ -185,8 +185,13 @@ async function streamRange(
       count(bytesRead)
       if (!res.write(Buffer.from(buffer.subarray(0, bytesRead)))) {
         await new Promise<void>((resolve) => {
-          res.once('drain', resolve)
-          res.once('close', resolve)
+          const done = () => {
+            res.off('drain', done)
+            res.off('close', done)
+            resolve()
+          }
+          res.on('drain', done)
+          res.on('close', done)
         })
       }
     }
