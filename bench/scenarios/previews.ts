@@ -25,9 +25,11 @@ import { toolInput } from '../../packages/attach-storage/src/media/preview-sourc
 import { findPreviewTools, type PreviewBounds } from '../../packages/attach-storage/src/media/preview-tools.js'
 import { probeAv, videoFrame } from '../../packages/attach-storage/src/media/video-preview.js'
 import { S3Store } from '../../packages/store-s3/src/index.js'
-import { median } from '../lib/http.js'
+import { jsonCall, median } from '../lib/http.js'
 import { startServer } from '../lib/proc.js'
+import { startReference } from '../lib/reference.js'
 import { fmtMiB, fmtMs, judge, MiB, target, type Context } from '../lib/report.js'
+import { s3rverStore } from '../lib/s3rver.js'
 
 const run = promisify(execFile)
 
@@ -86,19 +88,40 @@ export function textPdf(pages: number): Buffer {
   return Buffer.from(out, 'latin1')
 }
 
-/** A TCP proxy on loopback in front of `port` that counts the bytes each side sends. */
-async function countingProxy(
-  port: number,
-): Promise<{ base: string; fromServer(): number; connections(): number; reset(): void; close(): Promise<void> }> {
+interface CountingProxy {
+  base: string
+  /** Bytes s3rver sent, on every connection. */
+  fromServer(): number
+  /** Bytes s3rver sent on connections whose first request is presigned (`X-Amz-Signature` in its query): the tools' reads. */
+  presigned(): number
+  /** Connections opened with a presigned request. */
+  presignedConnections(): number
+  reset(): void
+  close(): Promise<void>
+}
+
+/**
+ * A TCP proxy on loopback in front of `port` that counts the bytes s3rver sends, in all and on the
+ * connections of presigned requests (the tools' reads; the SDK's own connections carry an Authorization
+ * header instead).
+ */
+async function countingProxy(port: number): Promise<CountingProxy> {
   let down = 0
-  let conns = 0
+  let signedDown = 0
+  let signedConns = 0
   const sockets = new Set<Socket>()
   const server: NetServer = createServer((client) => {
-    conns++
     const upstream = connect(port, '127.0.0.1')
     sockets.add(client).add(upstream)
+    let signed: boolean | undefined
+    client.once('data', (d: Buffer) => {
+      const line = d.subarray(0, Math.max(0, d.indexOf(13))).toString('latin1')
+      signed = /[?&]X-Amz-Signature=/.test(line)
+      if (signed) signedConns++
+    })
     upstream.on('data', (d: Buffer) => {
       down += d.length
+      if (signed) signedDown += d.length
     })
     client.pipe(upstream)
     upstream.pipe(client)
@@ -115,10 +138,12 @@ async function countingProxy(
   return {
     base: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
     fromServer: () => down,
-    connections: () => conns,
+    presigned: () => signedDown,
+    presignedConnections: () => signedConns,
     reset: () => {
       down = 0
-      conns = 0
+      signedDown = 0
+      signedConns = 0
     },
     close: () =>
       new Promise<void>((r) => {
@@ -330,7 +355,7 @@ async function videoRow(ctx: Context, scenario: string, dir: string, tools: Retu
       value: `${fmtMiB(read)} read`,
       target: '<= 64 MiB read',
       status: judge(read / MiB, '<=', 64),
-      note: `${proxy.connections()} connections, ${fmtMs(seconds)}, frame ${frame.width}×${frame.height} of ${probe.durationMs} ms`,
+      note: `${proxy.presignedConnections()} connections, ${fmtMs(seconds)}, frame ${frame.width}×${frame.height} of ${probe.durationMs} ms`,
     })
     ctx.add({
       scenario,
@@ -341,11 +366,64 @@ async function videoRow(ctx: Context, scenario: string, dir: string, tools: Retu
       note: fmtMiB(bytes),
     })
     ctx.log(
-      `previews: video ${fmtMiB(bytes)}: ${fmtMiB(read)} read from s3rver over ${proxy.connections()} connections in ${fmtMs(seconds)}`,
+      `previews: video ${fmtMiB(bytes)}: ${fmtMiB(read)} read from s3rver over ${proxy.presignedConnections()} connections in ${fmtMs(seconds)}`,
     )
+    await throughService(ctx, scenario, figure, video.path, bytes, proxy, dir)
   } finally {
     await store.close()
     await proxy.close()
     await s3.stop()
+  }
+}
+
+/**
+ * The same preview made by the service: the reference server with its default store on s3rver (through
+ * the counting proxy), the video saved through the API (temporary upload on the local store, then the
+ * confirmed save moves it to S3), its background job awaited by polling the lookup. The tools' reads are
+ * the bytes of the presigned connections; the SDK's own (the save's upload answers) are counted apart.
+ */
+async function throughService(
+  ctx: Context,
+  scenario: string,
+  figure: string,
+  file: string,
+  bytes: number,
+  proxy: CountingProxy,
+  dir: string,
+) {
+  const config = join(dir, 'attach.json')
+  await writeFile(config, JSON.stringify({ attach: { stores: { cloud: s3rverStore(proxy.base) }, 'default-store': 'cloud' } }))
+  const ours = await startReference(ctx.work, bytes + 64 * MiB, 'hono-app', 'attach-storage', { ATTACH_CONFIG: config })
+  try {
+    proxy.reset()
+    const t0 = performance.now()
+    const [saved] = await ours.save([{ path: file, name: 'video.mp4' }], 'previews1')
+    const savedAt = performance.now()
+    let record: { preview?: string; media?: unknown; thumbnailUrl?: string } | undefined
+    for (const deadline = Date.now() + 180_000; Date.now() < deadline; ) {
+      const bag = await jsonCall(`${ours.base}/api/storage/attach/demo/previews1/default`, 'GET', undefined, ours.bearer)
+      record = (bag.default as Array<{ id: number; preview?: string }>).find((r) => r.id === saved!.id)
+      if (record?.preview !== 'pending') break
+      await new Promise((r) => setTimeout(r, 250))
+    }
+    const jobSeconds = (performance.now() - savedAt) / 1000
+    await new Promise((r) => setTimeout(r, 200))
+    if (record?.preview === undefined) {
+      ctx.skip(scenario, `${figure}, through the service`, 'the service answers no preview state (previews not wired)')
+      return
+    }
+    const read = proxy.presigned()
+    const made = record.preview === 'made'
+    ctx.add({
+      scenario,
+      figure: `${figure}, through the service`,
+      subject: 'attach-storage: save, then its preview job',
+      value: `${fmtMiB(read)} read`,
+      target: '<= 64 MiB read',
+      status: made ? judge(read / MiB, '<=', 64) : 'MISSED',
+      note: `preview ${record.preview}; ${proxy.presignedConnections()} presigned connections; save ${fmtMs((savedAt - t0) / 1000)}, job done ${fmtMs(jobSeconds)} after it; media ${JSON.stringify(record.media)}; SDK connections got ${fmtMiB(proxy.fromServer() - read)}`,
+    })
+  } finally {
+    await ours.stop()
   }
 }
