@@ -140,6 +140,12 @@ describe.skipIf(!tools.pdfinfo || !tools.pdftoppm)('PDF previews with poppler (p
     expect(err).toMatchObject({ code: 'too-many-pages', message: 'the PDF has 20000 pages, more than the 10000 allowed' })
   })
 
+  it('a Title of 2 MB makes pdfinfo say more than its 1 MiB output cap: corrupt, not retried', async () => {
+    const path = await pdf('long-title.pdf', { title: 'x'.repeat(2 * 1024 * 1024) })
+    const err = await failure(probePdf(path, tools, BOUNDS))
+    expect(err).toMatchObject({ code: 'corrupt', permanent: true, message: 'pdfinfo wrote more than 1048576 bytes' })
+  })
+
   it('an array nested 1,000,000 deep: bounded by memory (corrupt) or by time (timeout), the tool gone', async () => {
     const path = await pdf('nested.pdf', { nestDepth: 1_000_000 })
     let started = performance.now()

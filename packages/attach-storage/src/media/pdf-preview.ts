@@ -55,6 +55,8 @@ async function pdfInfo(path: string, tools: PreviewTools, bounds: PreviewBounds)
     timeoutSeconds: bounds.timeoutSeconds,
     memoryBytes: bounds.memoryBytes,
     maxStdout: 1024 * 1024,
+    // Only the file's own metadata (a Title of megabytes) can make pdfinfo say that much.
+    overflow: 'corrupt',
   })
   if (run.code !== 0) throw popplerFailure('pdfinfo', run, bounds)
   const text = run.stdout.toString('latin1')

@@ -120,8 +120,13 @@ export interface ToolRun {
 export interface RunToolOptions {
   timeoutSeconds: number
   memoryBytes: number
-  /** Output beyond this many bytes kills the tool: `tool-failed`. @default 16 MiB */
+  /** Output beyond this many bytes kills the tool, failing with `overflow`. @default 16 MiB */
   maxStdout?: number
+  /**
+   * The code of a run killed for its output: `corrupt` where only the file can make the tool write that
+   * much (ffprobe's JSON, pdfinfo's metadata), so that it is not retried. @default 'tool-failed'
+   */
+  overflow?: PreviewErrorCode
 }
 
 const STDERR_KEEP = 4096
@@ -155,7 +160,7 @@ function killGroup(pid: number | undefined): void {
  * Runs one tool with `args` (an argument vector: nothing goes through a shell) and resolves once it has
  * exited, whatever its exit code: the caller reads the code. Rejects with a {@link PreviewError}:
  * `timeout` when it outlives `timeoutSeconds` (its process group is killed with SIGKILL and reaped first),
- * `tool-failed` when it cannot start or writes more than `maxStdout`. stdin is closed, the run gets
+ * `tool-failed` when it cannot start, `options.overflow` when it writes more than `maxStdout`. stdin is closed, the run gets
  * niceness 10 and a minimal environment (`PATH`, proxies, `LC_ALL=C`, `MALLOC_ARENA_MAX=2`).
  */
 export function runTool(command: string, args: string[], options: RunToolOptions): Promise<ToolRun> {
@@ -191,7 +196,7 @@ export function runTool(command: string, args: string[], options: RunToolOptions
     child.stdout.on('data', (chunk: Buffer) => {
       stdoutBytes += chunk.length
       if (stdoutBytes > maxStdout) {
-        fail(new PreviewError('tool-failed', `${basename(command)} wrote more than ${maxStdout} bytes`))
+        fail(new PreviewError(options.overflow ?? 'tool-failed', `${basename(command)} wrote more than ${maxStdout} bytes`))
         return
       }
       chunks.push(chunk)

@@ -69,9 +69,11 @@ const INT_MAX = 2 ** 31 - 1
 function inputArgs(input: string, bounds: PreviewBounds): { options: string[]; url: string; remote: boolean } {
   const maxPixels = String(Math.min(INT_MAX, Math.max(1, Math.floor(bounds.maxInputPixels))))
   if (/^https?:\/\//i.test(input)) {
-    // rw_timeout: a stalled read ends the tool before the job's deadline when that is long; icy: no
-    // Shoutcast header on signed requests. Seekability is detected from the answer (206, Accept-Ranges).
-    const rwTimeout = String(Math.min(15, Math.max(1, bounds.timeoutSeconds)) * 1_000_000)
+    // rw_timeout: a read stalled for 15 s ends the tool (tool-failed) before a longer deadline; under a
+    // shorter one the deadline decides (timeout). icy: no Shoutcast header on signed requests.
+    // Seekability is detected from the answer (206, Accept-Ranges): -seekable stays at its default.
+    const rwSeconds = bounds.timeoutSeconds < 15 ? bounds.timeoutSeconds + 1 : 15
+    const rwTimeout = String(Math.round(rwSeconds * 1_000_000))
     return {
       options: [
         '-protocol_whitelist',
@@ -174,7 +176,7 @@ export async function probeAv(input: string, tools: PreviewTools, bounds: Previe
   const run = await runTool(
     tools.ffprobe,
     ['-hide_banner', '-v', 'error', ...options, '-print_format', 'json', '-show_format', '-show_streams', url],
-    { timeoutSeconds: bounds.timeoutSeconds, memoryBytes: bounds.memoryBytes, maxStdout: 4 * 1024 * 1024 },
+    { timeoutSeconds: bounds.timeoutSeconds, memoryBytes: bounds.memoryBytes, maxStdout: 4 * 1024 * 1024, overflow: 'corrupt' },
   )
   if (run.code !== 0) throw ffFailure('ffprobe', run, remote, bounds)
   let parsed: { streams?: FfStream[]; format?: { duration?: string } }
