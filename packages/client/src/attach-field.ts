@@ -1,6 +1,7 @@
 import type { AttachmentView } from 'attach-storage'
 import { AttachClient, type ClientError, type TemporaryFile } from './client.js'
 import { AttachContainerBuilder, limiter, type ListedFile } from './container.js'
+import { badgeOf, fileKind, mediaLabel, previewOf, rowError } from './media-label.js'
 import { placeholderDataUrl } from './placeholder.js'
 
 /** Uploads in flight at once over every field of the page (browsers open 6 connections per host). */
@@ -23,6 +24,8 @@ interface Item {
   noThumb?: boolean
   /** The record's ThumbHash as a `data:` URL, shown behind the thumbnail until it has loaded. */
   placeholder?: string
+  /** A saved PDF's or video's preview image at full size: shown when the 96-pixel resize fails. */
+  fallback?: string
   /** The row's picture (or icon), kept across renders so a loaded thumbnail is not fetched again. */
   visual?: HTMLElement
   row?: HTMLLIElement
@@ -53,6 +56,13 @@ li.dragging{opacity:.5}
 li.failed{border-color:#dc2626;background:#fef2f2}
 .thumb{width:48px;height:48px;object-fit:cover;border-radius:4px;grid-row:span 2;background:#e2e8f0 center/cover no-repeat}
 .icon{width:48px;height:48px;display:grid;place-items:center;border-radius:4px;background:#e2e8f0;font-size:.7em;grid-row:span 2;overflow:hidden}
+.visual{position:relative;width:48px;height:48px;grid-row:span 2}
+.visual>.thumb,.visual>.icon{display:grid}
+.pdf>.thumb{object-fit:contain}
+.badge{position:absolute;right:2px;bottom:2px;padding:0 3px;border-radius:3px;background:rgba(15,23,42,.8);color:#fff;font-size:10px;line-height:14px;font-variant-numeric:tabular-nums;white-space:nowrap}
+.pending::after{content:'';position:absolute;top:3px;right:3px;width:8px;height:8px;border:2px solid #64748b;border-top-color:transparent;border-radius:50%;animation:spin 1s linear infinite}
+@keyframes spin{to{transform:rotate(360deg)}}
+@media (prefers-reduced-motion:reduce){.pending::after{animation:none}}
 .name{overflow:hidden;text-overflow:ellipsis;white-space:nowrap}
 .status{grid-column:2;display:flex;gap:.5rem;align-items:center;font-size:.85em;color:#475569}
 progress{width:10rem;height:.7rem}
@@ -115,12 +125,19 @@ const Base = (globalThis.HTMLElement ?? class {}) as typeof HTMLElement
  * temporary file. A saved image shows a 96-pixel resize from the server
  * (JPEG for a HEIC photo), with the record's placeholder (`placeholderDataUrl()`) behind it until it has
  * loaded; its `<img>` carries `data-loaded` from then on. A picture that cannot be shown becomes the icon.
+ *
+ * PDFs and videos: a saved one whose preview is made (`preview: 'made'`) shows a 96-pixel resize of its
+ * preview image, with a badge of its length (`1:05`) or pages (`12 p.`); while it is being made
+ * (`pending`), its icon with a spinner, and the field looks its reference up again (`previewRetryDelays`)
+ * until it is made or failed. A file refused by a virus scan says so on its row (`rowError`).
  */
 export class AttachField extends Base {
   static observedAttributes = ['name', 'accept', 'domain', 'category', 'max-size', 'max-files']
 
   /** The client every field uses unless its own `client` is set. */
   static defaultClient = new AttachClient()
+  /** The waits (ms) before each new lookup of saved records whose preview is being made: 5, about 30 s in all. */
+  static previewRetryDelays = [1000, 2000, 4000, 8000, 16000]
   client: AttachClient | undefined
 
   #items: Item[] = []
@@ -212,25 +229,83 @@ export class AttachField extends Base {
 
   connectedCallback() {
     this.#sync()
+    this.#watchPreviews()
+  }
+
+  disconnectedCallback() {
+    this.#watching++
   }
 
   attributeChangedCallback() {
     this.#sync()
   }
 
-  /** Shows saved attachments (the lookup of the reference being edited), in their order. */
+  /**
+   * Shows saved attachments (the lookup of the reference being edited), in their order. A PDF or video
+   * whose preview is being made (`preview: 'pending'`) shows its icon until a new lookup of its reference
+   * (a few, spaced out over about 30 s) finds it made.
+   */
   setSaved(records: AttachmentView[]) {
-    this.#items = records.map((r) => ({
-      key: ++this.#seq,
+    this.#items = records.map((r) => this.#savedItem(r, ++this.#seq))
+    this.#removed = []
+    this.#render()
+    this.#watchPreviews()
+  }
+
+  #savedItem(r: AttachmentView, key: number): Item {
+    const preview = previewOf(r)
+    const pictured = r.fileType.startsWith('image/') || preview.state === 'made'
+    return {
+      key,
       displayName: r.displayName,
       saved: r,
       state: 'saved',
       progress: 100,
-      thumb: r.fileType.startsWith('image/') ? this.#client.viewUrl(r.id, { w: 96, h: 96 }) : undefined,
+      // A PDF's or a video's 96-pixel thumbnail is a resize of its preview image (the view by id with a box).
+      thumb: pictured ? this.#client.viewUrl(r.id, { w: 96, h: 96 }) : undefined,
+      fallback: preview.state === 'made' ? preview.url : undefined,
       placeholder: placeholderDataUrl(r),
-    }))
-    this.#removed = []
-    this.#render()
+    }
+  }
+
+  /** Which round of preview lookups is current: a new list, or the field leaving the page, ends the one before. */
+  #watching = 0
+
+  /** Looks the references of rows with a pending preview up again, after each of `previewRetryDelays`, until none is pending. */
+  #watchPreviews() {
+    const round = ++this.#watching
+    const pending = () => this.#items.filter((i) => i.saved?.preview === 'pending')
+    const step = async (attempt: number) => {
+      const delay = AttachField.previewRetryDelays[attempt]
+      if (round !== this.#watching || delay === undefined || !pending().length) return
+      await new Promise((resolve) => setTimeout(resolve, delay))
+      if (round !== this.#watching) return
+      // One lookup per reference and category the pending rows belong to.
+      const groups = new Map<string, Item[]>()
+      for (const item of pending()) {
+        const r = item.saved!
+        const key = JSON.stringify([r.refDomain, r.refKey, r.refCategory])
+        groups.set(key, [...(groups.get(key) ?? []), item])
+      }
+      let changed = false
+      for (const [key, items] of groups) {
+        const [domain, refKey, category] = JSON.parse(key) as [string, string, string]
+        const looked = await this.#client.lookup(domain, refKey, category)
+        if (round !== this.#watching) return
+        if (!looked.ok) continue
+        const now = (looked.value[category] ?? []) as AttachmentView[]
+        for (const item of items) {
+          const fresh = now.find((r) => r.id === item.saved!.id)
+          if (!fresh || fresh.preview === 'pending' || !this.#items.includes(item)) continue
+          Object.assign(item, this.#savedItem(fresh, item.key), { visual: undefined, noThumb: false })
+          changed = true
+          if (fresh.preview === 'made') this.#announce(`Preview of ${item.displayName} ready`)
+        }
+      }
+      if (changed) this.#render()
+      await step(attempt + 1)
+    }
+    void step(0)
   }
 
   /** Adds files: checks them against `accept`, `max-size` and `max-files`, then uploads them. */
@@ -308,8 +383,8 @@ export class AttachField extends Base {
       this.#announce(`${item.displayName} uploaded`)
     } else {
       item.state = 'failed'
-      item.error = result.error
-      this.#announce(`${item.displayName}: ${result.error.message}`)
+      item.error = rowError(result.error)
+      this.#announce(`${item.displayName}: ${item.error.message}`)
     }
     this.#render()
   }
@@ -372,29 +447,55 @@ export class AttachField extends Base {
     this.dispatchEvent(new Event('change', { bubbles: true }))
   }
 
-  /** The row's picture: the thumbnail over its placeholder until it has loaded, else the extension. */
+  /**
+   * The row's picture: the thumbnail over its placeholder until it has loaded, else the extension. A saved
+   * video's or PDF's comes in a box with a badge of its length or pages, and a spinner while its preview
+   * is being made.
+   */
   #visual(item: Item): HTMLElement {
     if (item.visual) return item.visual
     const icon = () => h('span', { className: 'icon' }, (item.displayName.split('.').pop() ?? '').slice(0, 5).toUpperCase())
-    if (!item.thumb || item.noThumb) {
-      item.visual = icon()
-      return item.visual
+    let picture: HTMLElement
+    if (!item.thumb || item.noThumb) picture = icon()
+    else {
+      const img = h('img', { className: 'thumb', alt: '' })
+      if (item.placeholder) img.style.backgroundImage = `url("${item.placeholder}")`
+      img.onload = () => {
+        img.style.backgroundImage = ''
+        img.dataset.loaded = ''
+      }
+      // A preview whose resize failed shows at full size; a file that is no displayable image after all
+      // shows its extension instead.
+      img.onerror = () => {
+        if (item.fallback && img.getAttribute('src') !== item.fallback) {
+          img.src = item.fallback
+          return
+        }
+        item.noThumb = true
+        const replacement = icon()
+        if (item.visual === img) item.visual = replacement
+        img.replaceWith(replacement)
+      }
+      img.src = item.thumb
+      picture = img
     }
-    const img = h('img', { className: 'thumb', alt: '' })
-    if (item.placeholder) img.style.backgroundImage = `url("${item.placeholder}")`
-    img.onload = () => {
-      img.style.backgroundImage = ''
-      img.dataset.loaded = ''
+    const saved = item.saved
+    const kind = saved ? fileKind(saved) : 'file'
+    const badge = saved && (kind === 'video' || kind === 'pdf') ? badgeOf(saved) : ''
+    const pending = saved?.preview === 'pending'
+    if (!badge && !pending) {
+      item.visual = picture
+      return picture
     }
-    // A file that is not a displayable image after all shows its extension instead.
-    img.onerror = () => {
-      item.noThumb = true
-      item.visual = icon()
-      img.replaceWith(item.visual)
+    const box = h('span', { className: `visual ${kind}${pending ? ' pending' : ''}` }, picture)
+    if (pending) box.title = 'Preview being made'
+    if (badge) {
+      const b = h('span', { className: 'badge' }, badge)
+      b.setAttribute('aria-hidden', 'true')
+      box.append(b)
     }
-    img.src = item.thumb
-    item.visual = img
-    return img
+    item.visual = box
+    return box
   }
 
   #row(item: Item, index: number): HTMLLIElement {
@@ -412,7 +513,12 @@ export class AttachField extends Base {
       progress.setAttribute('aria-label', `Upload of ${item.displayName}`)
       status.append(progress, h('span', { className: 'pct' }, state === 'queued' ? 'waiting' : `${item.progress} %`))
     } else if (state === 'done') status.append('Uploaded, 100 %')
-    else if (state === 'saved') status.append(formatSize(item.saved!.fileSize))
+    else if (state === 'saved')
+      status.append(
+        [formatSize(item.saved!.fileSize), mediaLabel(item.saved), item.saved!.preview === 'pending' ? 'preview being made' : '']
+          .filter(Boolean)
+          .join(' · '),
+      )
     else if (item.error) status.append(h('span', { className: 'error', role: 'alert' }, item.error.message))
     const button = (label: string, text: string, action: () => void, cls: string, disabled = false) => {
       const b = h('button', { type: 'button', className: cls, textContent: text, title: label, disabled })

@@ -42,9 +42,9 @@ window.ready = true`
 /** The reference server's policy: nothing inline, pictures from the server, blob: and data: URLs. */
 const CSP = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' blob: data:"
 
-/** The server (category `photo` of domain `demo`, an image filter), the page and a browser. */
-export async function startFieldPages(): Promise<FieldPages> {
-  const srv = await startTestServer({ photo: { filters: ['image'] } })
+/** The server (category `photo` of domain `demo`, an image filter, or the given categories), the page and a browser. */
+export async function startFieldPages(categories: Record<string, object> = { photo: { filters: ['image'] } }): Promise<FieldPages> {
+  const srv = await startTestServer(categories)
   const bundle = await build({
     entryPoints: [fileURLToPath(new URL('./browser.ts', import.meta.url))],
     bundle: true,
