@@ -36,6 +36,12 @@ export type HostFilterCode = string & { readonly [hostFilterCode]: true }
  * Scanning (a category's `scan`): `infected`, the item's error when clamd found a signature in the file;
  * `scan-unavailable` (503), clamd could not be reached or gave no verdict.
  *
+ * Previews (docs/previews.md), asked with a box or `?preview=1` of a PDF or a video:
+ * - `preview-pending` (503, with `Retry-After`): its background job has not made the preview yet.
+ * - `preview-failed` (404): the file could not be previewed (corrupt, encrypted, beyond a bound).
+ * - `previews-off` (404): this server lacks the tool for files of that kind.
+ * - `no-preview` (404): `?preview=1` of a file that is neither a PDF nor a video.
+ *
  * Server side:
  * - `busy` (503, with `Retry-After`): too many resizes or ZIP downloads at once.
  * - `not-ready` (503): the service is used before it has initialised.
@@ -65,7 +71,11 @@ export type AttachErrorCode =
   | 'not-acceptable'
   | 'not-found'
   | 'not-ready'
+  | 'no-preview'
   | 'presign-unsupported'
+  | 'preview-failed'
+  | 'preview-pending'
+  | 'previews-off'
   | 'quota-exceeded'
   | 'range-not-satisfiable'
   | 'request-timeout'

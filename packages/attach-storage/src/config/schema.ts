@@ -2,7 +2,9 @@ import * as v from 'valibot'
 import { configError } from '../errors.js'
 import type { FileDescription } from '../service/types.js'
 import { suggestion } from './nearest.js'
-import { parseDuration, parseSize } from './units.js'
+import { parseSize } from './units.js'
+import { PreviewsSchema } from './previews-schema.js'
+import { duration } from './setting-types.js'
 
 /**
  * The store types the spec names, with the package that implements each (`local` is the core's own).
@@ -50,18 +52,6 @@ const FilterSpecSchema = v.union([v.pipe(v.string(), v.nonEmpty()), v.looseObjec
 
 /** A store, domain, category or variant name: 1-64 letters, digits, `_` or `-`. */
 const NAME = v.pipe(v.string(), v.regex(/^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$/, 'must be 1-64 letters, digits, _ or -'))
-
-/** A duration setting (`"10m"`, `"24h"`, or seconds), at least 1 s; parsed to milliseconds. */
-const duration = (example: string, fallback: string) =>
-  v.optional(
-    v.pipe(
-      v.union([v.number(), v.string()]),
-      v.transform((x) => parseDuration(x)),
-      v.number(`must be a duration such as "${example}" or a number of seconds`),
-      v.minValue(1000, 'must be at least 1s'),
-    ),
-    fallback,
-  )
 
 /** Most named variants one category may declare: each saved image of it costs one job per name. */
 export const MAX_NAMED_VARIANTS = 8
@@ -380,55 +370,9 @@ export const AttachConfigSchema = v.object({
   ),
   /**
    * Previews of PDFs (their first page) and videos (a frame), and the analysis of video, audio and PDFs
-   * into `media`, made in the background on the named-variant queue (docs/previews.md). A kind whose
-   * tools are missing is off (one warning at start, a line in `/readyz`).
+   * into `media`, made in the background on the named-variant queue (docs/previews.md).
    */
-  previews: v.optional(
-    v.object({
-      /** Makes previews and analyses media at all. @default true */
-      enabled: v.optional(v.boolean(), true),
-      /** `pdftoppm` (poppler-utils); found on PATH when not set. */
-      pdftoppm: v.optional(v.string()),
-      /** `pdfinfo` (poppler-utils); found on PATH when not set. */
-      pdfinfo: v.optional(v.string()),
-      /** `ffmpeg`; found on PATH when not set. */
-      ffmpeg: v.optional(v.string()),
-      /** `ffprobe`; found on PATH when not set. */
-      ffprobe: v.optional(v.string()),
-      /** Longest side of a preview image, in pixels. @default 1024 */
-      maxSide: v.optional(v.pipe(v.number(), v.integer(), v.minValue(64), v.maxValue(4096)), 1024),
-      /** A PDF with more pages is not previewed (`too-many-pages`). @default 10000 */
-      maxPages: v.optional(v.pipe(v.number(), v.integer(), v.minValue(1)), 10_000),
-      /** A longer video or audio file is not previewed nor analysed (`too-long`; `"2h"`, or seconds). @default '24h' */
-      maxDuration: duration('24h', '24h'),
-      /** Time one tool run may take before it is killed (`timeout`; `"60s"`, or seconds). @default '60s' */
-      timeout: duration('60s', '60s'),
-      /** Memory (address space) one tool process may take; beyond it the tool fails (bytes, or `"1GB"`). @default '1GB' */
-      memory: v.optional(
-        v.pipe(
-          sizeValue,
-          v.transform((x) => parseSize(x)),
-          v.number('must be a size'),
-          v.minValue(64 * 1024 * 1024),
-        ),
-        '1GB',
-      ),
-      /**
-       * Largest PDF copied to a temporary file to be rendered from a store without local files (bytes, or
-       * `"256MB"`); a larger one is not previewed. Videos are read in place through ranges. @default '256MB'
-       */
-      maxPdfBytes: v.optional(
-        v.pipe(
-          sizeValue,
-          v.transform((x) => parseSize(x)),
-          v.number('must be a size'),
-          v.minValue(1),
-        ),
-        '256MB',
-      ),
-    }),
-    {},
-  ),
+  previews: v.optional(PreviewsSchema, {}),
   /** How named variants are made in the background (docs/variants.md). */
   variantJobs: v.optional(
     v.object({

@@ -23,8 +23,23 @@ export const AttachmentViewAnswer = v.object({
   sort: v.number(),
   createdBy: v.nullable(UserIdAnswer),
   createdDt: v.string(),
-  /** An image's size as a browser shows it and its ThumbHash placeholder (base64); null for anything else or while not known. */
-  media: v.nullable(v.object({ width: v.number(), height: v.number(), placeholder: v.pipe(v.string(), v.maxLength(48)) })),
+  /**
+   * What the file is: an image's size as a browser shows it and its ThumbHash placeholder (base64); a
+   * video's frame size and length; an audio file's length; a PDF's pages. Null for anything else or
+   * while not known (video, audio and PDFs are analysed in the background).
+   */
+  media: v.nullable(
+    v.union([
+      v.object({ width: v.number(), height: v.number(), placeholder: v.pipe(v.string(), v.maxLength(48)) }),
+      v.object({ width: v.number(), height: v.number(), durationMs: v.number() }),
+      v.object({ durationMs: v.number() }),
+      v.object({ pages: v.number() }),
+    ]),
+  ),
+  /** A PDF's or a video's preview: `pending`, `made`, `failed`, or `off` (the server lacks the tool). */
+  preview: v.optional(v.picklist(['pending', 'made', 'failed', 'off'])),
+  /** The preview image's address (`?preview=1` on the view route by id), once made. */
+  thumbnailUrl: v.optional(v.string()),
   /** The binary group's view route (signed when guarded), or the CDN address. */
   url: v.string(),
   /** The CDN address, when `url` is one. */

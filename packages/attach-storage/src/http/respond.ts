@@ -22,8 +22,9 @@ export function json(body: unknown, status = 200, headers?: HeadersInit): Respon
  */
 export function answeredError(err: unknown, logger: Logger): AttachStorageError {
   if (err instanceof AttachStorageError) {
-    // busy (a bound refusing load) and scan-unavailable (its message names no address) are answered as they are.
-    if (err.code === 'busy' || err.code === 'scan-unavailable') return err
+    // busy (a bound refusing load), scan-unavailable (its message names no address) and preview-pending
+    // (a job not done yet) are answered as they are.
+    if (err.code === 'busy' || err.code === 'scan-unavailable' || err.code === 'preview-pending') return err
     if (err.status >= 500 && err.code !== 'attach-save-failure') {
       logger.error('attach-storage:', err)
       const message = err.status === 503 ? 'The service is not ready' : 'The storage backend failed; try again later'

@@ -10,7 +10,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http'
 import { pipeline } from 'node:stream/promises'
 import { answeredError, errorAnswer } from '../http/respond.js'
 import { firstValues } from '../http/router.js'
-import { resizeOf, shownOf } from '../http/routes/serving.js'
+import { previewOf, resizeOf, shownOf } from '../http/routes/serving.js'
 import { ResizeQuerySchema } from '../http/routes/schemas.js'
 import { type FileAnswer, fileAnswer, notModified } from '../http/serve.js'
 import { type AttachStorage, contextOf } from '../service/attach-storage.js'
@@ -94,7 +94,12 @@ export function createFastViews(storage: AttachStorage): FastViews {
       }
       const asked = { method: req.method ?? 'GET', header: (name: string) => header(req, name) }
       const lookOnly = req.method === 'HEAD'
-      const target = await resolveById(ctx, { id: match.id, resize, shown, lookOnly, notModified: (t) => notModified(asked, t) }, access)
+      const preview = previewOf(query)
+      const target = await resolveById(
+        ctx,
+        { id: match.id, resize, shown, preview, lookOnly, notModified: (t) => notModified(asked, t) },
+        access,
+      )
       answer = await fileAnswer(asked, target, match.action)
     } catch (err) {
       answer = errorAnswer(answeredError(err, storage.logger))

@@ -2,7 +2,7 @@ import { type CompiledQuery, type Kysely, sql, type Transaction } from 'kysely'
 import { type DirectRead, directReadOf } from './database.js'
 import { badRequest } from '../errors.js'
 import { type ListResult, runList } from '../list/list-query.js'
-import type { AttachmentRecord, BlobRecord } from '../model.js'
+import type { AttachmentRecord, BlobRecord, MediaInfo } from '../model.js'
 import { BLOB_TABLE, type DbInteger, type DialectName, dialectOf, FILE_TABLE } from './database.js'
 import { VariantRows } from './variant-rows.js'
 import { OperationsRows } from './operations-rows.js'
@@ -293,6 +293,19 @@ export class AttachRepository {
     if (!isId(id)) return null
     const row = await this.#db.selectFrom(BLOB_TABLE).selectAll().where('id', '=', id).executeTakeFirst()
     return row ? mapBlob(row) : null
+  }
+
+  /**
+   * Records what a stored file is, learnt after it was kept (a video's length, a PDF's pages): on its
+   * blob and on every record pointing at it, in one transaction.
+   */
+  async setMedia(blobId: number, media: MediaInfo): Promise<void> {
+    if (!isId(blobId)) return
+    const json = JSON.stringify(media)
+    await this.#transaction(async (trx) => {
+      await trx.updateTable(BLOB_TABLE).set({ media: json }).where('id', '=', blobId).execute()
+      await trx.updateTable(FILE_TABLE).set({ media: json }).where('blob_id', '=', blobId).execute()
+    })
   }
 
   /** Asks the database one trivial query (`select 1`); throws when it does not answer. */

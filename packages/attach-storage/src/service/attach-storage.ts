@@ -35,6 +35,7 @@ import type {
 } from './types.js'
 import * as uploads from './uploads.js'
 import { startVariantJobs } from './variant-jobs.js'
+import { previewSetup } from './previews.js'
 import * as zipDownload from './zip.js'
 
 export { cleanDisplayName } from './names.js'
@@ -230,6 +231,7 @@ export class AttachStorage {
       repo: new AttachRepository(db),
       stores,
       resizer: this.resizer,
+      previews: previewSetup(config.previews, config.resize.maxInputPixels, this.logger),
       signer: config.signing.secret ? new UrlSigner(config.signing.secret, config.signing.ttl, now) : undefined,
       events: this.#events,
       zipSlots: { running: 0 },

@@ -11,6 +11,7 @@ import type { UrlSigner } from './signing.js'
 import type { StoreSet } from './stores.js'
 import type { Logger } from './types.js'
 import type { VariantQueue } from './variant-queue.js'
+import type { PreviewSetup } from './previews.js'
 
 /** A step of the confirmed save at which crash tests stop the process (test-only). */
 export type SaveStep = 'reserved' | 'moved' | 'recorded' | 'done' | ResumableStep
@@ -33,6 +34,8 @@ export interface ServiceContext {
   /** Every declared store, their settings, and the temporary store. */
   readonly stores: StoreSet
   readonly resizer: Resizer
+  /** PDF and video previews and the media of video, audio and PDFs: the tools found, the kinds on. */
+  readonly previews: PreviewSetup
   /** Signs view URLs of guarded records; undefined without `signing.secret`. */
   readonly signer: UrlSigner | undefined
   readonly events: EventHub

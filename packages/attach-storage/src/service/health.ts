@@ -27,6 +27,11 @@ export interface Readiness {
   database: ReadinessCheck
   /** By store name; the temporary store under its own name (`tmp` when it is the built-in one). */
   stores: Record<string, ReadinessCheck>
+  /**
+   * PDF and video previews and the media of video, audio and PDFs, by kind: `on`, or `off: ...` and why
+   * (a missing tool). A kind that is off does not make the service unready.
+   */
+  previews: { pdf: string; video: string; audio: string }
 }
 
 /**
@@ -86,7 +91,7 @@ async function askAll(ctx: ServiceContext, timeoutMs: number): Promise<Readiness
     const failed = [...(database!.ok ? [] : ['database']), ...Object.keys(byName).filter((n) => !byName[n]!.ok)]
     ctx.logger.warn(`attach-storage: not ready: ${failed.join(', ')} did not answer`)
   }
-  return { ready, database: database!, stores: byName }
+  return { ready, database: database!, stores: byName, previews: { ...ctx.previews.status } }
 }
 
 /** Runs `fn`, answering ok, or its failure, or a timeout after `timeoutMs`. */

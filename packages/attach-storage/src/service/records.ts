@@ -10,6 +10,7 @@ import { dropBlob } from './housekeeping.js'
 import { checkRefKey, storeKey } from './layout.js'
 import { type AccessContext, accessOf, type AttachBag, type LookupFilters, type LookupOptions } from './types.js'
 import { namedOf, publicBase, readableViews, view } from './urls.js'
+import { previewStates } from './previews.js'
 import { madeVariants } from './variants.js'
 
 /** Most matching rows a conditional list over guarded categories reads to find the readable ones. */
@@ -174,10 +175,18 @@ export async function listByReferences(
     }
   }
   const made = await madeVariants(ctx, result.rows)
+  const previews = await previewStates(ctx, result.rows)
   return {
     ...result,
     rows: result.rows.map((r) =>
-      view(ctx, r, index.get(r.id) ?? 0, domain.categories.get(r.refCategory)?.secureAccess !== undefined, namedOf(ctx, r, made)),
+      view(
+        ctx,
+        r,
+        index.get(r.id) ?? 0,
+        domain.categories.get(r.refCategory)?.secureAccess !== undefined,
+        namedOf(ctx, r, made),
+        previews.get(r.id),
+      ),
     ),
   }
 }

@@ -19,6 +19,7 @@ import type { ServiceContext } from './context.js'
 import { checkRefKey, parseDirectPath, SAVED_NAME, storeKey } from './layout.js'
 import { applyFilters } from './records.js'
 import { namedResize, recordNamedVariant } from './variants.js'
+import { madePreview, previewKindOf } from './previews.js'
 import { readHead, readTmpMeta, tmpKey } from './temporary.js'
 import type { RegisteredCategory } from '../registry/registry.js'
 import type { Store } from '../stores/store.js'
@@ -33,6 +34,11 @@ export interface ServeOptions {
    * of such a record answers a JPEG (or this format), a download the original bytes.
    */
   shown?: ResizeRequest
+  /**
+   * `?preview=1`: a PDF's or a video's preview image itself (`thumbnailUrl`); 404 `no-preview` for other
+   * files. Not with `resize`.
+   */
+  preview?: boolean
   /** HEAD: a missing variant is not made (the stored variant's headers, else the original's). */
   lookOnly?: boolean
   /**
@@ -71,7 +77,7 @@ export async function serveRecord(
   access: AccessContext,
   r: AttachmentRecord,
   cache: ServeTarget['cache'],
-  { resize, shown, lookOnly = false, notModified }: ServeOptions,
+  { resize, shown, preview, lookOnly = false, notModified }: ServeOptions,
 ): Promise<ServeTarget> {
   const category = ctx.registry.domain(r.refDomain).categories.get(r.refCategory)
   if (!category) throw notFound(`No attachment ${r.id}`)
@@ -80,6 +86,8 @@ export async function serveRecord(
   }
   const store = ctx.store(r.store)
   const key = storeKey(r.savedDir, r.savedName)
+  // What a resize is made from: the file, or a PDF's or a video's preview image.
+  let source = { key, type: r.fileType }
   // A named variant's box is the category's own; any other box must be one of its `sizes`.
   if (resize?.variant !== undefined) resize = namedResize(category, resize.variant)
   else if (resize) checkAllowedSize(category.sizes, resize)
@@ -89,7 +97,28 @@ export async function serveRecord(
     resize = withFocus(resize, r.focus)
     cache = 'revalidate'
   }
-  if (resize && isResizable(r.fileType)) {
+  const kind = previewKindOf(r.fileType)
+  const previewed = kind === 'pdf' || kind === 'video'
+  if (preview || (resize && previewed)) {
+    // A PDF's or a video's image: its preview (made in the background), or a resize of it.
+    const made = await madePreview(ctx, r)
+    if (!resize) {
+      return {
+        store,
+        key: made.key,
+        displayName: r.displayName.replace(/(\.[^.]*)?$/, '.jpg'),
+        fileType: 'image/jpeg',
+        fileSize: made.size,
+        etag: `${r.sha256}-preview`,
+        lastModified: new Date(r.createdDt),
+        cache,
+        private: category.secureAccess !== undefined,
+        delivery: deliveryOf(ctx, store, made.key, category),
+      }
+    }
+    source = { key: made.key, type: 'image/jpeg' }
+  }
+  if (resize && isResizable(source.type)) {
     const vkey = variantKey(storeKey(r.savedDir, ''), r.id, resize)
     // A variant's ETag is the original's hash and the box: a client that holds it gets its 304 before
     // anything is resized (or even looked for).
@@ -98,11 +127,11 @@ export async function serveRecord(
       : `${r.sha256}-${resize.w ?? 0}x${resize.h ?? 0}${resize.format ?? ''}`
     const lastModified = new Date(r.createdDt)
     if (notModified?.({ etag, lastModified, cache })) {
-      const type = variantType(r.fileType, resize)
+      const type = variantType(source.type, resize)
       return {
         store,
         key: vkey,
-        displayName: variantName(r.displayName, resize, r.fileType),
+        displayName: variantName(r.displayName, resize, r.fileType, source.key !== key),
         fileType: type,
         fileSize: 0,
         etag,
@@ -115,9 +144,9 @@ export async function serveRecord(
     // HEAD makes no variant: a stored one answers its own headers, else the original's (see serveFile).
     const variant = await ctx.resizer.variant(
       store,
-      key,
+      source.key,
       vkey,
-      r.fileType,
+      source.type,
       resize,
       (err) => ctx.logger.warn(`attach-storage: attachment ${r.id} could not be resized; serving the original`, err),
       { lookOnly, storedFile: storedFileOf(ctx, r) },
@@ -135,7 +164,7 @@ export async function serveRecord(
       return {
         store,
         key: variant.key,
-        displayName: variantName(r.displayName, resize, r.fileType),
+        displayName: variantName(r.displayName, resize, r.fileType, source.key !== key),
         fileType: variant.type,
         fileSize: variant.size,
         etag,
@@ -163,9 +192,12 @@ export async function serveRecord(
   }
 }
 
-/** A variant's download name: the original's, with the extension of its `format` when it has one. */
-function variantName(displayName: string, resize: ResizeRequest, originalType: string): string {
-  const format = resize.format ?? (isHeic(originalType) ? 'jpeg' : undefined)
+/**
+ * A variant's download name: the original's, with the extension of its `format` when it has one (JPEG
+ * for a HEIC photo's, and for one made from a PDF's or a video's preview).
+ */
+function variantName(displayName: string, resize: ResizeRequest, originalType: string, fromPreview = false): string {
+  const format = resize.format ?? (isHeic(originalType) || fromPreview ? 'jpeg' : undefined)
   const ext = format ? `.${format === 'jpeg' ? 'jpg' : format}` : undefined
   return ext ? displayName.replace(/(\.[^.]*)?$/, ext) : displayName
 }

@@ -1,6 +1,7 @@
 /** The addresses a record or a direct file is answered with (CDN, guarded route, signed URL). */
 import { isActiveContent } from '../media/sniff.js'
-import type { AttachmentRecord, AttachmentView } from '../model.js'
+import type { AttachmentRecord, AttachmentView, PreviewState } from '../model.js'
+import { previewStates } from './previews.js'
 import { checkAccess, describeRecord } from './access.js'
 import type { ServiceContext } from './context.js'
 import type { AccessContext } from './types.js'
@@ -54,6 +55,7 @@ export async function readableViews(ctx: ServiceContext, records: AttachmentReco
   const pos = new Map<string, number>()
   const out: AttachmentView[] = []
   const made = await madeVariants(ctx, records)
+  const previews = await previewStates(ctx, records)
   for (const r of records) {
     const k = `${r.refKey}\u0000${r.refCategory}`
     const index = pos.get(k) ?? 0
@@ -61,7 +63,7 @@ export async function readableViews(ctx: ServiceContext, records: AttachmentReco
     const category = ctx.registry.domain(r.refDomain).categories.get(r.refCategory)
     if (!category) continue // a category no longer registered serves nothing, so it lists nothing
     if (category.secureAccess && !(await checkAccess(ctx, access, category, describeRecord(r)))) continue
-    out.push(view(ctx, r, index, category.secureAccess !== undefined, namedOf(ctx, r, made)))
+    out.push(view(ctx, r, index, category.secureAccess !== undefined, namedOf(ctx, r, made), previews.get(r.id)))
   }
   return out
 }
@@ -91,21 +93,39 @@ export function variantUrl(ctx: ServiceContext, id: number, name: string, guarde
   return guarded && ctx.signer ? `${url}&${ctx.signer.query(id)}` : url
 }
 
+/** The address of a PDF's or a video's preview image: the view route by id, signed for a guarded category. */
+export function thumbnailUrl(ctx: ServiceContext, id: number, guarded: boolean): string {
+  const url = `${ctx.config.assetsPrefix}/attach/view/${id}?preview=1`
+  return guarded && ctx.signer ? `${url}&${ctx.signer.query(id)}` : url
+}
+
 /**
  * A record as answered. A guarded record never carries a CDN or direct address: its `url` is the
  * guarded binary route, signed when signing is configured (the caller was allowed to read it). Nor does
  * active content (HTML, SVG, XML, JavaScript, ...): its `url` is the binary route, which serves it as a
  * download with a sandboxing Content-Security-Policy.
  */
-export function view(ctx: ServiceContext, r: AttachmentRecord, index: number, guarded: boolean, named?: string[]): AttachmentView {
+export function view(
+  ctx: ServiceContext,
+  r: AttachmentRecord,
+  index: number,
+  guarded: boolean,
+  named?: string[],
+  preview?: PreviewState,
+): AttachmentView {
   const { sha256: _s, store, blobId: _b, ...rest } = r
-  // The named variants made so far, name to address, when the category names any.
-  const variants = named
-    ? {
-        variants: Object.fromEntries(named.map((n) => [n, variantUrl(ctx, r.id, n, guarded)])),
-        variantBoxes: boxesOf(ctx, r, named),
-      }
-    : {}
+  // The named variants made so far, name to address, when the category names any; a PDF's or a video's
+  // preview state, and its address once made.
+  const variants = {
+    ...(named
+      ? {
+          variants: Object.fromEntries(named.map((n) => [n, variantUrl(ctx, r.id, n, guarded)])),
+          variantBoxes: boxesOf(ctx, r, named),
+        }
+      : {}),
+    ...(preview ? { preview } : {}),
+    ...(preview === 'made' ? { thumbnailUrl: thumbnailUrl(ctx, r.id, guarded) } : {}),
+  }
   const cdn = publicBase(ctx, store, guarded, r.fileType)
   if (cdn) {
     const cdnUrl = cdn + storeKey(r.savedDir, r.savedName)

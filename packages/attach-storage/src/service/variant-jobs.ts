@@ -5,19 +5,22 @@ import type { ServiceContext } from './context.js'
 import { MemoryVariantQueue, type VariantJob, type VariantQueue } from './variant-queue.js'
 import { startPgBossQueue } from './variant-queue-pgboss.js'
 import { makeNamedVariant } from './variants.js'
+import { makePreview, PREVIEW_JOB } from './previews.js'
 
-/** True when some registered category names a variant. */
-function anyNamedVariants(ctx: ServiceContext): boolean {
+/** True when some registered category names a variant, or some kind of preview is on. */
+function anyBackgroundWork(ctx: ServiceContext): boolean {
+  if (ctx.previews.on('pdf') || ctx.previews.on('video') || ctx.previews.on('audio')) return true
   return ctx.registry.domains().some((d) => [...d.categories.values()].some((c) => c.variants.size > 0))
 }
 
 /**
- * The queue of named-variant jobs for this service (undefined when no category names a variant):
+ * The queue of named-variant and preview jobs for this service (undefined when no category names a
+ * variant and previews are off):
  * `variant-jobs.queue` `memory`, or `pg-boss` (the default on PostgreSQL), whose workers run only when
  * `variant-jobs.worker` is true.
  */
 export async function startVariantJobs(ctx: ServiceContext, db: Kysely<any>): Promise<VariantQueue | undefined> {
-  if (!anyNamedVariants(ctx)) return undefined
+  if (!anyBackgroundWork(ctx)) return undefined
   const c = ctx.config.variantJobs
   const dialect = ctx.repo.dialect
   const kind = c.queue === 'auto' ? (dialect === 'postgres' ? 'pg-boss' : 'memory') : c.queue
@@ -27,8 +30,9 @@ export async function startVariantJobs(ctx: ServiceContext, db: Kysely<any>): Pr
   const work = async (job: VariantJob) => {
     const started = performance.now()
     try {
-      const outcome = await makeNamedVariant(ctx, job)
-      ctx.observe.variantJob(outcome, (performance.now() - started) / 1000)
+      const outcome = job.name === PREVIEW_JOB ? await makePreview(ctx, job) : await makeNamedVariant(ctx, job)
+      // A preview job reports as a variant job: media learnt (audio) is made; refused for good is failed.
+      ctx.observe.variantJob(outcome === 'analysed' ? 'made' : outcome, (performance.now() - started) / 1000)
     } catch (err) {
       ctx.observe.variantJob('failed', (performance.now() - started) / 1000)
       throw err

@@ -10,6 +10,7 @@ import { variantSpec } from '../repository/variant-rows.js'
 import type { ServiceContext } from './context.js'
 import { storeKey } from './layout.js'
 import type { VariantJob } from './variant-queue.js'
+import { isPreviewed, makePreview, PREVIEW_JOB, previewJobsOf, previewKey, previewStateOf } from './previews.js'
 
 /** What became of one job. */
 export type VariantJobOutcome = 'made' | 'exists' | 'original' | 'gone'
@@ -32,27 +33,38 @@ function resizeOfNamed(name: string, spec: NamedVariant): ResizeRequest {
   return { w: spec.w, h: spec.h, format: spec.format, negotiated: false, variant: name, ...(spec.fit === 'cover' ? { fit: 'cover' } : {}) }
 }
 
-/** The named variants a record has: its category's, when it is an image; undefined otherwise. */
+/**
+ * The named variants a record has: its category's, when it is an image, or a PDF or a video with
+ * previews on (made from its preview image); undefined otherwise.
+ */
 export function namedVariantsOf(ctx: ServiceContext, r: AttachmentRecord): ReadonlyMap<string, NamedVariant> | undefined {
   const category = ctx.registry.domain(r.refDomain).categories.get(r.refCategory)
-  return category?.variants.size && isResizable(r.fileType) ? category.variants : undefined
+  return category?.variants.size && (isResizable(r.fileType) || isPreviewed(ctx, r.fileType)) ? category.variants : undefined
 }
 
-/** The jobs a save of these records calls for: one per named variant of each image's category. */
+/**
+ * The jobs a save of these records calls for: one per named variant of each image's category, and one
+ * preview job per PDF, video or audio file (whose named variants are queued once its preview is made).
+ */
 export function variantJobsOf(ctx: ServiceContext, records: readonly AttachmentRecord[]): VariantJob[] {
-  const jobs: VariantJob[] = []
+  const jobs: VariantJob[] = previewJobsOf(ctx, records)
   for (const r of records) {
+    if (isPreviewed(ctx, r.fileType)) continue
     for (const name of namedVariantsOf(ctx, r)?.keys() ?? []) jobs.push({ fileId: r.id, name })
   }
   return jobs
 }
 
 /**
- * Queues the named variants of saved records. A failure to queue is logged, not thrown: the save stands,
- * and the variant is made on its first view (or by `attach-storage variants make`).
+ * Queues the named variants and previews of saved records. A failure to queue is logged, not thrown: the
+ * save stands, and the variant is made on its first view (or by `attach-storage variants make`).
  */
 export async function queueNamedVariants(ctx: ServiceContext, records: readonly AttachmentRecord[]): Promise<void> {
-  const jobs = variantJobsOf(ctx, records)
+  await queueJobs(ctx, variantJobsOf(ctx, records))
+}
+
+/** Queues these jobs; a failure to queue is logged, not thrown. */
+export async function queueJobs(ctx: ServiceContext, jobs: VariantJob[]): Promise<void> {
   if (!jobs.length || !ctx.variantJobs) return
   try {
     await ctx.variantJobs.enqueue(jobs)
@@ -76,7 +88,15 @@ export async function makeNamedVariant(ctx: ServiceContext, job: VariantJob): Pr
   const store = ctx.store(r.store)
   const resize = withFocus(resizeOfNamed(job.name, spec), r.focus)
   const key = variantKey(storeKey(r.savedDir, ''), r.id, resize)
-  const make = () => ctx.resizer.variant(store, storeKey(r.savedDir, r.savedName), key, r.fileType, resize, () => {}, { background: true })
+  // A PDF's or a video's variants are made from its preview image, made first when it is not yet.
+  let source = { key: storeKey(r.savedDir, r.savedName), type: r.fileType }
+  if (isPreviewed(ctx, r.fileType)) {
+    let preview = previewStateOf(made.find((row) => row.name === PREVIEW_JOB)?.spec)
+    if (preview === 'pending') preview = (await makePreview(ctx, { fileId: r.id, name: PREVIEW_JOB })) === 'made' ? 'made' : 'failed'
+    if (preview !== 'made') return 'gone'
+    source = { key: previewKey(r), type: 'image/jpeg' }
+  }
+  const make = () => ctx.resizer.variant(store, source.key, key, source.type, resize, () => {}, { background: true })
   let variant = await make()
   // A view of the same box without the name, made together with this job, may not have been stored.
   if (variant?.transient) variant = await make()

@@ -96,4 +96,6 @@ export const ResizeQuerySchema = v.object({
   crop: v.optional(v.picklist(['attention', ''], 'must be attention')),
   /** One of the category's named variants (`thumb`); not with `w`, `h` or `format`. */
   variant: v.optional(v.pipe(v.string(), v.regex(/^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$/, 'must be a variant name'))),
+  /** `1`: a PDF's or a video's preview image itself (a record's `thumbnailUrl`); not with a box or a variant. */
+  preview: v.optional(v.picklist(['1', 'true', '0', 'false', ''], 'must be 1 or 0')),
 })

@@ -23,6 +23,9 @@ const Part = v.pipe(v.string(), v.maxLength(SEGMENT_MAX))
 /** The resize request of a view's query; `format=auto` picks AVIF or WebP from `Accept` (answers vary by it). */
 export function resizeOf(q: v.InferOutput<typeof ResizeQuerySchema>, accept: string | null): ResizeRequest | undefined {
   const cover = q.fit === 'cover'
+  if (previewOf(q) && (q.variant !== undefined || q.w !== undefined || q.h !== undefined || q.format || q.fit || q.crop)) {
+    throw badRequest('query.preview: the preview image takes no w, h, format, fit, crop or variant')
+  }
   if (q.variant !== undefined) {
     if (q.w !== undefined || q.h !== undefined || (q.format !== undefined && q.format !== '') || q.fit || q.crop) {
       throw badRequest('query.variant: a named variant takes no w, h, format, fit or crop')
@@ -40,6 +43,9 @@ export function resizeOf(q: v.InferOutput<typeof ResizeQuerySchema>, accept: str
   if (q.format !== 'auto') return { w: q.w, h: q.h, format: q.format || undefined, negotiated: false, ...fit }
   return { w: q.w, h: q.h, format: negotiatedFormat(accept), negotiated: true, ...fit }
 }
+
+/** True when the query asks for a PDF's or a video's preview image itself (`?preview=1`). */
+export const previewOf = (q: v.InferOutput<typeof ResizeQuerySchema>): boolean => q.preview === '1' || q.preview === 'true'
 
 function negotiatedFormat(accept: string | null): 'avif' | 'webp' | undefined {
   const a = (accept ?? '').toLowerCase()
@@ -82,7 +88,7 @@ export const servingRoutes: Route[] = [
       const notModified = conditionalOf(request)
       const target = await serving.resolveById(
         ctx,
-        { id: params.id, resize, shown, lookOnly: request.method === 'HEAD', notModified },
+        { id: params.id, resize, shown, preview: previewOf(query), lookOnly: request.method === 'HEAD', notModified },
         access,
       )
       return serveFile(request, target, params.action)
@@ -109,6 +115,7 @@ export const servingRoutes: Route[] = [
           idx: idx === undefined ? 0 : parseInput(IndexSegmentSchema, idx, 'idx'),
           filters: { ext, extAlt, fmetaValue },
           resize: resizeOf(query, request.headers.get('accept')),
+          preview: previewOf(query),
           shown: action === 'view' ? shownOf(query, request.headers.get('accept')) : undefined,
           lookOnly: request.method === 'HEAD',
           notModified: conditionalOf(request),
