@@ -175,6 +175,12 @@ describe('where a preview tool reads a stored file', () => {
         const probe = await probeAv(source.input, tools, bounds)
         expect(probe).toEqual({ kind: 'video', durationMs: 3000, width: 320, height: 240 })
         expect(await videoFrame(source.input, probe, tools, bounds)).toMatchObject({ width: 320, height: 240 })
+        await source.close()
+        // An address that no longer answers: worth a retry (a new address), not a corrupt file.
+        const gone = await probeAv(source.input, tools, bounds).catch((e: unknown) => e)
+        expect(gone).toBeInstanceOf(PreviewError)
+        expect(gone).toMatchObject({ code: 'tool-failed', permanent: false })
+        expect((gone as Error).message).toMatch(/^ffprobe could not read the file: .*Connection refused/)
       } finally {
         await source.close()
       }

@@ -164,6 +164,10 @@ describe.skipIf(!tools.ffmpeg || !tools.ffprobe)('video and audio previews with 
       expect(seen.size).toBe(1)
       for (const pid of seen) expect(() => process.kill(pid, 0)).toThrow(/ESRCH/)
       console.log(`stalled address: timeout after ${ms.toFixed(0)} ms, ffprobe pid ${[...seen].join()} gone`)
+      // ffmpeg taking a frame from it: the same.
+      const probe: AvProbe = { kind: 'video', durationMs: 5000, width: 320, height: 240 }
+      const frame = await failure(videoFrame(server.url, probe, tools, { ...BOUNDS, timeoutSeconds: 2 }))
+      expect(frame).toMatchObject({ code: 'timeout', permanent: false, message: 'ffmpeg did not finish within 2 s' })
     } finally {
       await server.close()
     }
