@@ -69,9 +69,10 @@ export interface PreviewBounds {
   maxSide: number
   /**
    * Address-space cap of each tool process (`prlimit --as`, else `ulimit -v`). Debian's ffmpeg and ffprobe
-   * map about 280 MiB of shared libraries before reading anything (below about 300 MiB they do not
-   * start: `tool-failed`); 1 GiB leaves room for a 4K frame. A tool that runs out of memory on an input
-   * fails with `corrupt`: the same file under the same cap fails the same way, so it is not retried.
+   * (5.1) map about 280 MiB of shared libraries before reading anything: under about 300 MiB they do not
+   * start (`tool-failed`). A frame of a 4K h264 video, decoded with one thread as here, fits in 384 MiB;
+   * poppler's tools start in about 24 MiB. A tool that runs out of memory on an input fails with
+   * `corrupt`: the same file under the same cap fails the same way, so it is not retried.
    */
   memoryBytes: number
 }
@@ -160,8 +161,9 @@ function killGroup(pid: number | undefined): void {
  * Runs one tool with `args` (an argument vector: nothing goes through a shell) and resolves once it has
  * exited, whatever its exit code: the caller reads the code. Rejects with a {@link PreviewError}:
  * `timeout` when it outlives `timeoutSeconds` (its process group is killed with SIGKILL and reaped first),
- * `tool-failed` when it cannot start, `options.overflow` when it writes more than `maxStdout`. stdin is closed, the run gets
- * niceness 10 and a minimal environment (`PATH`, proxies, `LC_ALL=C`, `MALLOC_ARENA_MAX=2`).
+ * `tool-failed` when it cannot start, `options.overflow` when it writes more than `maxStdout`. stdin is
+ * closed; the run gets niceness 10 and a minimal environment (`PATH`, `TMPDIR`, proxies, `LC_ALL=C`,
+ * `MALLOC_ARENA_MAX=2`): no credential or database address of ours reaches a tool.
  */
 export function runTool(command: string, args: string[], options: RunToolOptions): Promise<ToolRun> {
   const maxStdout = options.maxStdout ?? DEFAULT_MAX_STDOUT
@@ -185,9 +187,14 @@ export function runTool(command: string, args: string[], options: RunToolOptions
     let stdoutBytes = 0
     let stderr = Buffer.alloc(0)
     let failure: PreviewError | undefined
+    // Once the tool has exited (and been reaped), its pid may be reused: never signal it again.
+    let exited = false
+    child.once('exit', () => {
+      exited = true
+    })
     const fail = (error: PreviewError) => {
       failure ??= error
-      killGroup(child.pid)
+      if (!exited) killGroup(child.pid)
     }
     const timer = setTimeout(
       () => fail(new PreviewError('timeout', `${basename(command)} did not finish within ${options.timeoutSeconds} s`)),
@@ -210,8 +217,6 @@ export function runTool(command: string, args: string[], options: RunToolOptions
     })
     child.once('close', (code, signal) => {
       clearTimeout(timer)
-      // A grandchild the tool left behind would keep the group: end it too.
-      killGroup(child.pid)
       if (failure) {
         reject(failure)
         return

@@ -137,7 +137,7 @@ describe.skipIf(!tools.ffmpeg || !tools.ffprobe)('video and audio previews with 
     const claimed: AvProbe = { kind: 'video', durationMs: 5000, width: 100_000, height: 100_000 }
     const started = performance.now()
     expect((await failure(videoFrame(mp4, claimed, tools, BOUNDS))).code).toBe('too-many-pixels')
-    expect(performance.now() - started).toBeLessThan(20)
+    expect(performance.now() - started).toBeLessThan(100)
   })
 
   it('longer than maxDurationSeconds: too-long', async () => {
