@@ -6,10 +6,14 @@
  * focus is set on its lighthouse, so the post's cover crop keeps it; one photo is held back so its
  * ThumbHash placeholder shows.
  *
- *   node --conditions=@attach-storage/source --import tsx scripts/screenshot-board.mjs [out.png] [--notes dir]
+ *   node --conditions=@attach-storage/source --import tsx scripts/screenshot-board.mjs [out.png] [--notes dir] [--previews]
  *
  * With `--notes dir` it also saves the placeholders, the HEIC photo and the edit view's cover crops as
  * dir/shot-board-*.png. Needs /usr/bin/chromium and heif-enc (Debian's libheif-examples) for the HEIC.
+ * With `--previews` (and `--notes dir`) a second post holds a video (ffmpeg's test pattern, 12 s) and a
+ * 12-page PDF (drawn by the tests' PDF kit): dir/shot-previews-*.png show it while its previews are being
+ * made (when the shot is quick enough to catch that), once they are, with the video playing, in the edit
+ * form and in the board's list. Needs ffmpeg and poppler-utils (docs/previews.md).
  */
 import { execFileSync } from 'node:child_process'
 import { mkdirSync, mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs'
@@ -26,6 +30,8 @@ const root = resolve(dirname(fileURLToPath(import.meta.url)), '..')
 const args = process.argv.slice(2)
 const notesAt = args.indexOf('--notes')
 const notes = notesAt >= 0 ? args.splice(notesAt, 2)[1] : undefined
+const previewsAt = args.indexOf('--previews')
+const previews = previewsAt >= 0 && args.splice(previewsAt, 1).length > 0
 const out = resolve(args[0] ?? join(root, 'docs', 'images', 'board.png'))
 
 /** A harbour at sunset, its lighthouse on the right: the subject a centred crop would cut off. */
@@ -193,7 +199,11 @@ async function main() {
       await page.waitForFunction(() => [...document.querySelectorAll('#focus-list img')].every((i) => i.complete))
       await page.locator('.focus').screenshot({ path: join(notes, 'shot-board-cover-crops.png') })
       await page.goto(`${base}/#/`)
-      await page.waitForFunction(() => [...document.querySelectorAll('#post-list img')].every((i) => i.complete))
+      // The list is drawn once its lookup answers: wait for its picture, not only for the pictures there are.
+      await page.waitForFunction(() => {
+        const imgs = [...document.querySelectorAll('#post-list img')]
+        return imgs.length > 0 && imgs.every((i) => i.complete && i.naturalWidth > 0)
+      })
       await page
         .locator('#posts-title')
         .locator('..')
@@ -201,6 +211,7 @@ async function main() {
       console.log(`notes: ${notes}/shot-board-*.png`)
     }
     release()
+    if (previews && notes) await previewShots({ page, base, work, upload, call, notes })
   } finally {
     await browser?.close()
     await new Promise((r) => server.close(() => r()))
@@ -208,6 +219,68 @@ async function main() {
     rmSync(dataDir, { recursive: true, force: true })
     rmSync(work, { recursive: true, force: true })
   }
+}
+
+/** A post with a video and a PDF: its previews being made, made, the video playing, the edit form, the list. */
+async function previewShots({ page, base, work, upload, call, notes }) {
+  const { makeVideo } = await import('../packages/attach-storage/src/testing/video-kit.ts')
+  const { pdfBytes } = await import('../packages/attach-storage/src/testing/pdf-kit.ts')
+  const { readFile } = await import('node:fs/promises')
+  const video = await readFile(await makeVideo(join(work, 'ferry.mp4'), { seconds: 12, width: 640, height: 360, audio: true }))
+  const files = [
+    [await upload(video, 'ferry-crossing.mp4', 'default'), 'ferry-crossing.mp4'],
+    [await upload(pdfBytes({ pages: 12 }), 'timetable.pdf', 'default'), 'timetable.pdf'],
+  ]
+  const post = await call('/board', {
+    method: 'POST',
+    body: JSON.stringify({
+      title: 'Ferry crossing',
+      body: 'The crossing filmed from the deck, and the summer timetable.',
+      attachContainer: { refDomain: 'board', default: files.map(([f, displayName]) => ({ savedName: f.name, displayName })) },
+    }),
+  })
+  const view = page.locator('#post-view')
+  await page.goto('about:blank')
+  await page.goto(`${base}/#/post/${post.id}`)
+  await page.locator('#attachments li').first().waitFor()
+  if (await page.locator('#attachments li[data-preview=pending]').count())
+    await view.screenshot({ path: join(notes, 'shot-previews-pending.png') })
+  // The page looks the post up again until both previews are made.
+  await page.waitForFunction(
+    () =>
+      document.querySelectorAll('#attachments li[data-preview=made]').length === 2 &&
+      [...document.querySelectorAll('#attachments img')].every((i) => i.complete && i.naturalWidth > 0),
+    undefined,
+    { timeout: 90_000 },
+  )
+  await view.screenshot({ path: join(notes, 'shot-previews-board.png') })
+  await page.locator('#attachments button.play').click()
+  await page.waitForFunction(() => (document.querySelector('#attachments video')?.readyState ?? 0) >= 2, undefined, { timeout: 30_000 })
+  await page.evaluate(() => document.querySelector('#attachments video').pause())
+  await page
+    .locator('#attachments li')
+    .first()
+    .screenshot({ path: join(notes, 'shot-previews-video-playing.png') })
+  await page.click('#edit-post')
+  await page.locator('#edit-post-form fieldset').nth(1).waitFor()
+  await page.waitForFunction(() =>
+    [...document.querySelectorAll('attach-field')].every((f) => [...f.shadowRoot.querySelectorAll('img')].every((i) => i.complete)),
+  )
+  await page
+    .locator('#edit-post-form fieldset')
+    .nth(1)
+    .screenshot({ path: join(notes, 'shot-previews-edit.png') })
+  await page.goto(`${base}/#/`)
+  // Both posts with their pictures: the ferry's is its video's preview, cropped.
+  await page.waitForFunction(() => {
+    const imgs = [...document.querySelectorAll('#post-list img')]
+    return imgs.length === 2 && imgs.every((i) => i.complete && i.naturalWidth > 0)
+  })
+  await page
+    .locator('#posts-title')
+    .locator('..')
+    .screenshot({ path: join(notes, 'shot-previews-list.png') })
+  console.log(`notes: ${notes}/shot-previews-*.png`)
 }
 
 await main()

@@ -8,14 +8,23 @@
  * record's `media` (the layout does not jump), and a `srcset` of the category's named variants once they
  * are made. A post opens with a cover crop of its first picture; clicking a picture in the edit view sets
  * its focus (PUT), which cover crops keep in.
+ *
+ * PDFs and videos: once the server has made a preview image of one (`preview: 'made'`), the post shows it
+ * (a srcset of `?w=` resizes of it, which the board's `default` category allows: it lists no `sizes`)
+ * with a badge of the video's length or the PDF's pages; clicking plays the video in place or opens the
+ * PDF. While a preview is being made the post shows a neutral box with the kind of file, and looks
+ * its attachments up again a few times until it is made.
  */
 import {
   AttachClient,
   type AttachBag,
   type AttachContainer,
   type AttachmentView,
+  fileKind,
+  mediaLabel,
   mergeContainers,
   placeholderDataUrl,
+  previewOf,
   srcsetOf,
 } from '@attach-storage/client'
 import { AttachField, defineAttachField } from '@attach-storage/client/element'
@@ -176,6 +185,82 @@ function picture(r: AttachmentView, box: Box, options: { cover?: boolean; sizes?
   return img
 }
 
+/** A PDF or a video whose preview image is made or being made: shown as a picture of it. */
+const isPreviewed = (r: AttachmentView) => previewOf(r).state !== 'none'
+
+/**
+ * The `srcset` of a preview image: `?w=` resizes of it at 320 and 640 pixels (narrower than the preview
+ * when a video's frame size is known: a resize never enlarges) and the preview itself, at its width
+ * (a video's frame fitted into 1024 pixels, `previews.max-side`'s default; 1024 for a PDF, whose page
+ * size the record does not give).
+ */
+function previewSrcset(r: AttachmentView, preview: string): string {
+  const m = r.media && 'width' in r.media && r.media.width > 0 && r.media.height > 0 ? r.media : undefined
+  const full = m ? Math.round(m.width * Math.min(1, 1024 / Math.max(m.width, m.height))) : 1024
+  return [
+    ...[320, 640].filter((w) => w < full).map((w) => `${client.viewUrl(r.id, { w })} ${w}w`),
+    `${preview.replace(/,/g, '%2C')} ${full}w`,
+  ].join(', ')
+}
+
+/**
+ * A PDF's or a video's tile: its preview image (width and height from a video's `media`) with a badge
+ * of its length or pages, which plays the video in place or opens the PDF; while the preview is being
+ * made, a neutral box naming the kind of file.
+ */
+function previewTile(r: AttachmentView): HTMLElement {
+  const kind = fileKind(r)
+  const label = mediaLabel(r)
+  const shown = previewOf(r)
+  const frame = h('span', { className: `preview ${kind}` })
+  if (shown.state === 'made') {
+    const img = h('img', { alt: r.displayName, decoding: 'async' })
+    const size = fitted(r, { w: 640, h: 640 })
+    if (size) {
+      img.width = size.w
+      img.height = size.h
+    }
+    img.sizes = '(max-width: 600px) 100vw, 270px'
+    img.srcset = previewSrcset(r, shown.url)
+    img.src = shown.url
+    // A resize that does not load (a bound of the server's): the preview itself.
+    img.addEventListener('error', () => {
+      if (!img.srcset) return
+      img.removeAttribute('srcset')
+      img.src = shown.url
+    })
+    frame.append(img)
+  } else {
+    frame.classList.add('pending')
+    frame.append(
+      h('span', { className: 'kind' }, kind === 'pdf' ? 'PDF' : 'VIDEO'),
+      h('span', { className: 'wait' }, 'Preview being made…'),
+    )
+  }
+  if (label) frame.append(h('span', { className: 'badge' }, label))
+  const view = client.viewUrl(r.id)
+  const described = `${r.displayName}${label ? ` (${label})` : ''}`
+  if (kind !== 'video') {
+    const a = h('a', { href: view, target: '_blank', className: 'open' }, frame)
+    a.setAttribute('aria-label', `Open ${described}`)
+    return a
+  }
+  const play = h('button', { type: 'button', className: 'play' }, frame)
+  play.setAttribute('aria-label', `Play ${described}`)
+  play.addEventListener('click', () => {
+    const video = h('video', { controls: true, autoplay: true, preload: 'metadata', src: view })
+    if (shown.state === 'made') video.poster = shown.url
+    const m = r.media && 'width' in r.media ? r.media : undefined
+    if (m?.width) {
+      video.width = m.width
+      video.height = m.height
+    }
+    play.replaceWith(video)
+    video.focus()
+  })
+  return play
+}
+
 const attachmentsOf = (bag: AttachBag | undefined): AttachmentView[] =>
   Object.entries(bag ?? {})
     .filter(([k, v]) => k !== 'refDomain' && Array.isArray(v))
@@ -201,7 +286,18 @@ async function showBoard(page: number) {
     ...posts.map((p) => {
       const mine = files.get(String(p.id)) ?? []
       const image = mine.find(isPicture)
-      const thumb = image ? picture(image, { w: 128, h: 128 }, { cover: true }) : h('span', { className: 'none' }, 'no image')
+      // Without a picture, the first PDF's or video's preview stands for the post.
+      const previewed = image ? undefined : mine.find((r) => previewOf(r).state === 'made')
+      const thumb = image
+        ? picture(image, { w: 128, h: 128 }, { cover: true })
+        : previewed
+          ? h('img', {
+              alt: previewed.displayName,
+              src: `${client.viewUrl(previewed.id, { w: 128, h: 128 })}&fit=cover`,
+              width: 128,
+              height: 128,
+            })
+          : h('span', { className: 'none' }, 'no image')
       return h(
         'li',
         {},
@@ -227,29 +323,69 @@ async function showBoard(page: number) {
   )
 }
 
-/** The post's attachments: its pictures first (a gallery, each category in its order), then its other files. */
+/**
+ * The post's attachments: its pictures first (a gallery, each category in its order), then its PDFs and
+ * videos with previews, then its other files.
+ */
 function attachmentList(post: Post) {
   const ul = h('ul', { className: 'attachments', id: 'attachments' })
   const all = attachmentsOf(post.attachContainer)
-  for (const r of [...all.filter(isPicture), ...all.filter((r) => !isPicture(r))]) {
-    const view = client.viewUrl(r.id)
-    const m = r.media && 'width' in r.media && r.media.width ? `${r.media.width}×${r.media.height}` : undefined
-    const visual = isPicture(r)
-      ? h('a', { href: view, target: '_blank' }, picture(r, { w: 640, h: 640 }, { sizes: '(max-width: 600px) 100vw, 270px' }))
-      : h('span', { className: 'file' }, (r.displayName.split('.').pop() ?? '').slice(0, 4).toUpperCase() || 'FILE')
-    const li = h(
-      'li',
-      { className: isPicture(r) ? 'picture' : 'other' },
-      visual,
-      h('a', { href: view, target: '_blank', className: 'view' }, r.displayName),
-      h('a', { href: client.viewUrl(r.id, { download: true }), className: 'download', download: r.displayName }, 'Download'),
-      h('span', { className: 'meta' }, [r.refCategory, r.fileType, m].filter(Boolean).join(' · ')),
-    )
-    li.dataset.category = r.refCategory
-    ul.append(li)
-  }
+  const previewed = all.filter((r) => !isPicture(r) && isPreviewed(r))
+  const rest = all.filter((r) => !isPicture(r) && !isPreviewed(r))
+  ul.append(...[...all.filter(isPicture), ...previewed, ...rest].map(attachmentItem))
   if (!ul.children.length) ul.append(h('li', {}, 'No attachments.'))
+  if (all.some((r) => previewOf(r).state === 'pending')) void refreshPreviews(post, ul)
   return ul
+}
+
+/** One attachment of the post: its picture, preview or icon, its name, a download link and what it is. */
+function attachmentItem(r: AttachmentView): HTMLLIElement {
+  const view = client.viewUrl(r.id)
+  const m = r.media && 'width' in r.media && r.media.width ? `${r.media.width}×${r.media.height}` : undefined
+  const visual = isPicture(r)
+    ? h('a', { href: view, target: '_blank' }, picture(r, { w: 640, h: 640 }, { sizes: '(max-width: 600px) 100vw, 270px' }))
+    : isPreviewed(r)
+      ? previewTile(r)
+      : h('span', { className: 'file' }, (r.displayName.split('.').pop() ?? '').slice(0, 4).toUpperCase() || 'FILE')
+  const li = h(
+    'li',
+    { className: isPicture(r) || isPreviewed(r) ? 'picture' : 'other' },
+    visual,
+    h('a', { href: view, target: '_blank', className: 'view' }, r.displayName),
+    h('a', { href: client.viewUrl(r.id, { download: true }), className: 'download', download: r.displayName }, 'Download'),
+    h('span', { className: 'meta' }, [r.refCategory, r.fileType, m, mediaLabel(r)].filter(Boolean).join(' · ')),
+  )
+  li.dataset.category = r.refCategory
+  li.dataset.id = String(r.id)
+  if (r.preview) li.dataset.preview = r.preview
+  return li
+}
+
+/** The waits (ms) before each new lookup of a post whose previews are being made: 5, about 30 s in all. */
+const PREVIEW_RETRY_DELAYS = [1000, 2000, 4000, 8000, 16000]
+
+/**
+ * Looks the post's attachments up again while one of its previews is being made, and shows each again
+ * in its place once its preview is made (or failed); stops when none is pending, the list has left the
+ * page, or after the last wait.
+ */
+async function refreshPreviews(post: Post, shown: HTMLElement) {
+  for (const delay of PREVIEW_RETRY_DELAYS) {
+    await new Promise((resolve) => setTimeout(resolve, delay))
+    if (!shown.isConnected) return
+    const looked = await client.lookup('board', post.id)
+    if (!shown.isConnected) return
+    if (!looked.ok) continue
+    post.attachContainer = looked.value
+    let waiting = 0
+    for (const r of attachmentsOf(looked.value)) {
+      const li = shown.querySelector<HTMLLIElement>(`li[data-id="${r.id}"]`)
+      if (li?.dataset.preview !== 'pending') continue
+      if (r.preview === 'pending') waiting++
+      else li.replaceWith(attachmentItem(r))
+    }
+    if (!waiting) return
+  }
 }
 
 async function showPost(id: string) {
