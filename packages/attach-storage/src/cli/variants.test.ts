@@ -4,6 +4,7 @@ import { join } from 'node:path'
 import { Writable } from 'node:stream'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { makeKit, png, saveFile, type Kit } from '../testing/handler-kit.js'
+import { pdfBytes } from '../testing/pdf-kit.js'
 import { main } from './main.js'
 import type { CliIo } from './runtime.js'
 
@@ -82,6 +83,25 @@ describe('attach-storage variants make and purge', () => {
     expect(purged.json()).toMatchObject({ removed: 7, namedForgotten: 8 })
     expect((await lookup('cli'))[0].variants).toEqual({})
     expect((await kit.files()).filter((f) => f.includes('_v/'))).toEqual([])
+  })
+
+  it('makes the preview and media of a PDF saved while nothing ran in the background, then its named variants from it', async () => {
+    // What the test before purged is made again first, so this run counts the PDF's alone.
+    expect((await run(['variants', 'make', '--domain', 'demo'])).code).toBe(0)
+    const pdf = new Blob([new Uint8Array(pdfBytes({ pages: 2 }))], { type: 'application/pdf' })
+    const rec = await saveFile(kit, pdf, 'two.pdf', 'cli-pdf', 'gallery')
+    const [before] = await lookup('cli-pdf')
+    expect([before.preview, before.media]).toEqual(['pending', null])
+    const made = await run(['variants', 'make', '--domain', 'demo', '--json'])
+    expect(made.code, made.stderr).toBe(0)
+    expect(made.json()).toMatchObject({ previews: 1, previewsFailed: 0, made: 2, problems: [] })
+    const [after] = await lookup('cli-pdf')
+    expect(after).toMatchObject({ id: rec.id, preview: 'made', media: { pages: 2 } })
+    expect(Object.keys(after.variants).sort()).toEqual(['thumb', 'wide'])
+    const wide = await kit.call(after.variants.wide, { user: null })
+    expect(wide.headers.get('content-type')).toBe('image/webp')
+    const again = await run(['variants', 'make', '--domain', 'demo', '--json'])
+    expect(again.json()).toMatchObject({ previews: 0, made: 0 })
   })
 
   it('refuses a domain, category or action it does not know, with exit 2', async () => {

@@ -26,8 +26,11 @@ export const PreviewsSchema = v.object({
   maxDuration: duration('24h', '24h'),
   /** Time one tool run may take before it is killed (`timeout`; `"60s"`, or seconds). @default '60s' */
   timeout: duration('60s', '60s'),
-  /** Memory (address space) one tool process may take; beyond it the tool fails (bytes, or `"1GB"`). @default '1GB' */
-  memory: size('1GB', 64 * 1024 * 1024),
+  /**
+   * Memory (address space) one tool process may take, at least 384 MB (ffmpeg needs about 300 MB to load);
+   * beyond it the tool fails (bytes, or `"1GB"`). @default '1GB'
+   */
+  memory: size('1GB', 384 * 1024 * 1024),
   /**
    * Largest PDF copied to a temporary file to be rendered from a store without local files (bytes, or
    * `"256MB"`); a larger one is not previewed. Videos are read in place through ranges. @default '256MB'

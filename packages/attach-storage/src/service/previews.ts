@@ -218,9 +218,12 @@ async function analyseAndRender(ctx: ServiceContext, r: AttachmentRecord, kind: 
   if (kind === 'pdf') {
     const file = await toolFile(store, key, r.fileSize, { maxBytes: ctx.previews.maxPdfBytes })
     try {
-      const { pages } = await probePdf(file.path, tools, bounds)
-      await setMedia(ctx, r, { pages })
-      return (await renderPdfFirstPage(file.path, tools, bounds)).jpeg
+      // pdfinfo counts the pages (and refuses a file beyond a bound) while pdftoppm renders page 1 alone.
+      const [probe, render] = await Promise.allSettled([probePdf(file.path, tools, bounds), renderPdfFirstPage(file.path, tools, bounds)])
+      if (probe.status === 'rejected') throw probe.reason
+      await setMedia(ctx, r, { pages: probe.value.pages })
+      if (render.status === 'rejected') throw render.reason
+      return render.value.jpeg
     } finally {
       await file.close()
     }
