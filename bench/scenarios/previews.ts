@@ -18,7 +18,8 @@
  */
 import { execFile } from 'node:child_process'
 import { createReadStream, readFileSync } from 'node:fs'
-import { mkdir, mkdtemp, stat, writeFile } from 'node:fs/promises'
+import { mkdir, mkdtemp, rm, stat, writeFile } from 'node:fs/promises'
+import { createRequire } from 'node:module'
 import { createServer, connect, type AddressInfo, type Server as NetServer, type Socket } from 'node:net'
 import { join } from 'node:path'
 import { monitorEventLoopDelay } from 'node:perf_hooks'
@@ -29,7 +30,7 @@ import { findPreviewTools, type PreviewBounds } from '../../packages/attach-stor
 import { probeAv, videoFrame } from '../../packages/attach-storage/src/media/video-preview.js'
 import { S3Store } from '../../packages/store-s3/src/index.js'
 import { jsonCall, median } from '../lib/http.js'
-import { startServer } from '../lib/proc.js'
+import { ROOT, startServer } from '../lib/proc.js'
 import { startReference } from '../lib/reference.js'
 import { fmtMiB, fmtMs, judge, MiB, target, type Context } from '../lib/report.js'
 import { s3rverStore } from '../lib/s3rver.js'
@@ -323,7 +324,12 @@ export async function previewsBench(ctx: Context): Promise<void> {
     )
   }
 
-  await videoRow(ctx, scenario, dir, tools)
+  try {
+    await videoRow(ctx, scenario, dir, tools)
+  } finally {
+    // The mp4 and s3rver's copies of it: gigabytes of the tmpfs the next scenarios need.
+    await rm(dir, { recursive: true, force: true })
+  }
 }
 
 async function videoRow(ctx: Context, scenario: string, dir: string, tools: ReturnType<typeof findPreviewTools>): Promise<void> {
@@ -331,6 +337,12 @@ async function videoRow(ctx: Context, scenario: string, dir: string, tools: Retu
   const figure = `video preview of a ${ctx.quick ? '128 MiB' : '1 GiB'} mp4 on s3rver`
   if (!(await has('ffmpeg')) || !(await has('ffprobe'))) {
     ctx.skip(scenario, figure, 'ffmpeg / ffprobe not found (apt-get install ffmpeg)')
+    return
+  }
+  try {
+    createRequire(join(ROOT, 'packages/store-s3/package.json')).resolve('s3rver')
+  } catch {
+    ctx.skip(scenario, figure, 's3rver is not installed')
     return
   }
   const video = await bigVideo(dir, size)
