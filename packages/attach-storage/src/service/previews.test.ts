@@ -107,6 +107,11 @@ describe('previews with the tools present', () => {
     expect(clip.media).toMatchObject({ width: 320, height: 240 })
     expect(Math.abs(clip.media.durationMs - 4000)).toBeLessThan(150)
     expect(clip.preview).toBe('made')
+    // A box the preview fits in already answers the preview itself, never the video.
+    for (const box of ['w=256', 'w=640', 'w=256&h=192']) {
+      const within = await get(kit, `/assets/storage/attach/view/${v.id}?${box}`)
+      expect([within.status, within.headers.get('content-type')], box).toEqual([200, 'image/jpeg'])
+    }
     const frame = await get(kit, clip.thumbnailUrl)
     expect(frame.headers.get('content-type')).toBe('image/jpeg')
     const f = await imageOf(frame)

@@ -99,23 +99,24 @@ export async function serveRecord(
   }
   const kind = previewKindOf(r.fileType)
   const previewed = kind === 'pdf' || kind === 'video'
+  // The preview image itself, when one is asked for: the answer when no resize is needed.
+  let madeImage: ServeTarget | undefined
   if (preview || (resize && previewed)) {
     // A PDF's or a video's image: its preview (made in the background), or a resize of it.
     const made = await madePreview(ctx, r)
-    if (!resize) {
-      return {
-        store,
-        key: made.key,
-        displayName: r.displayName.replace(/(\.[^.]*)?$/, '.jpg'),
-        fileType: 'image/jpeg',
-        fileSize: made.size,
-        etag: `${r.sha256}-preview`,
-        lastModified: new Date(r.createdDt),
-        cache,
-        private: category.secureAccess !== undefined,
-        delivery: deliveryOf(ctx, store, made.key, category),
-      }
+    madeImage = {
+      store,
+      key: made.key,
+      displayName: r.displayName.replace(/(\.[^.]*)?$/, '.jpg'),
+      fileType: 'image/jpeg',
+      fileSize: made.size,
+      etag: `${r.sha256}-preview`,
+      lastModified: new Date(r.createdDt),
+      cache,
+      private: category.secureAccess !== undefined,
+      delivery: deliveryOf(ctx, store, made.key, category),
     }
+    if (!resize) return madeImage
     source = { key: made.key, type: 'image/jpeg' }
   }
   if (resize && isResizable(source.type)) {
@@ -177,6 +178,8 @@ export async function serveRecord(
       }
     }
   }
+  // A box the preview fits in already (or a preview the resizer could not read): the preview itself.
+  if (madeImage) return madeImage
   return {
     store,
     key,
