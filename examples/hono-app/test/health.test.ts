@@ -129,3 +129,35 @@ describe('GET /healthz and /readyz of the reference server', () => {
     expect(last).toBe(200)
   })
 })
+
+describe('the reference server without ffmpeg and poppler', () => {
+  let srv: Running
+  let dir: string
+  const logged: string[] = []
+  beforeAll(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'attach-no-tools-'))
+    const config = join(dir, 'attach.json')
+    // Tool paths that do not exist stand for a machine without the packages.
+    const missing = Object.fromEntries(['pdftoppm', 'pdfinfo', 'ffmpeg', 'ffprobe'].map((t) => [t, join(dir, 'bin', t)]))
+    await writeFile(config, JSON.stringify({ attach: { previews: missing } }))
+    srv = await start({ ATTACH_CONFIG: config }, logged)
+  })
+  afterAll(async () => {
+    await srv?.close()
+    await rm(dir, { recursive: true, force: true })
+  })
+
+  it('starts with one warning, is ready, and says in /readyz which previews are off and why', async () => {
+    expect(logged.filter((l) => l.includes('not found'))).toHaveLength(1)
+    expect(logged.find((l) => l.includes('not found'))).toMatch(
+      /pdfinfo, pdftoppm, ffprobe, ffmpeg not found: previews and media of pdf, video, audio files are off/,
+    )
+    const [code, body] = await status(srv.base, '/readyz')
+    expect([code, body.status]).toEqual([200, 'ready'])
+    expect(body.previews).toEqual({
+      pdf: 'off: pdfinfo and pdftoppm not found',
+      video: 'off: ffprobe and ffmpeg not found',
+      audio: 'off: ffprobe not found',
+    })
+  })
+})
