@@ -37,9 +37,9 @@ import { s3rverStore } from '../lib/s3rver.js'
 
 const run = promisify(execFile)
 
-/** The bounds of the previews settings' defaults (config/schema.ts `previews`). */
+/** The bounds a service gets by default (`previews.*` and `resize.max-input-pixels`, config/previews-schema.ts, schema.ts). */
 const BOUNDS: PreviewBounds = {
-  maxInputPixels: 268_402_689,
+  maxInputPixels: 100_000_000,
   maxPages: 10_000,
   maxDurationSeconds: 24 * 3600,
   timeoutSeconds: 60,
