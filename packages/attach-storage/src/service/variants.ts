@@ -92,7 +92,11 @@ export async function makeNamedVariant(ctx: ServiceContext, job: VariantJob): Pr
   let source = { key: storeKey(r.savedDir, r.savedName), type: r.fileType }
   if (isPreviewed(ctx, r.fileType)) {
     let preview = previewStateOf(made.find((row) => row.name === PREVIEW_JOB)?.spec)
-    if (preview === 'pending') preview = (await makePreview(ctx, { fileId: r.id, name: PREVIEW_JOB })) === 'made' ? 'made' : 'failed'
+    if (preview === 'pending') {
+      // Made here (or by its own job meanwhile): what it became is read back, not taken from this call.
+      await makePreview(ctx, { fileId: r.id, name: PREVIEW_JOB })
+      preview = previewStateOf((await ctx.repo.variants.ofRecords([r.id])).find((row) => row.name === PREVIEW_JOB)?.spec)
+    }
     if (preview !== 'made') return 'gone'
     source = { key: previewKey(r), type: 'image/jpeg' }
   }
