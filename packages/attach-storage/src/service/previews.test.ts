@@ -126,6 +126,34 @@ describe('previews with the tools present', () => {
     expect((await get(kit, `/assets/storage/attach/view/${a.id}?w=50`)).headers.get('content-type')).toMatch(/^audio\//)
   })
 
+  it('a "video" without a video stream: its length is its media, its preview failed (no-video-stream)', async () => {
+    const mp4 = join(work, 'sound-only.mp4')
+    await run('ffmpeg', [
+      '-hide_banner',
+      '-v',
+      'error',
+      '-y',
+      '-f',
+      'lavfi',
+      '-i',
+      'sine=frequency=220:duration=2',
+      '-c:a',
+      'aac',
+      '-f',
+      'mp4',
+      mp4,
+    ])
+    const rec = await saveFile(kit, new Blob([new Uint8Array(await readFile(mp4))], { type: 'video/mp4' }), 'sound-only.mp4', 'ns1')
+    expect(rec.fileType).toBe('video/mp4')
+    await kit.storage.variantJobsIdle()
+    const [item] = await lookup(kit, 'ns1')
+    expect(Object.keys(item.media)).toEqual(['durationMs'])
+    expect(Math.abs(item.media.durationMs - 2000)).toBeLessThan(150)
+    expect(item.preview).toBe('failed')
+    const res = await get(kit, `/assets/storage/attach/view/${rec.id}?preview=1`)
+    expect(await res.json()).toMatchObject({ code: 'preview-failed', message: expect.stringContaining('no-video-stream') })
+  })
+
   it('a file the tools refuse: recorded as failed once (no retry), 404 preview-failed, the file still served', async () => {
     const jobsBefore = kit.warnings.length
     const fake = new Blob([new Uint8Array(Buffer.from('%PDF-1.4\nthis is no PDF at all\n'))], { type: 'application/pdf' })
