@@ -1,58 +1,21 @@
-import { mkdirSync, readdirSync, writeFileSync } from 'node:fs'
-import { mkdtemp, rm } from 'node:fs/promises'
-import { tmpdir } from 'node:os'
+import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import sharp from 'sharp'
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
+import { describe, expect, it } from 'vitest'
 import { type PdfKitOptions, writePdf } from '../testing/pdf-kit.js'
+import { previewBounds, previewFailure, useToolFolder } from '../testing/preview-test-kit.js'
 import { toolChildren } from '../testing/video-kit.js'
 import { probePdf, renderPdfFirstPage } from './pdf-preview.js'
-import { findPreviewTools, type PreviewBounds, PreviewError } from './preview-tools.js'
+import { findPreviewTools } from './preview-tools.js'
 
 const tools = findPreviewTools()
-const BOUNDS: PreviewBounds = {
-  maxInputPixels: 40_000_000,
-  maxPages: 10_000,
-  maxDurationSeconds: 86_400,
-  timeoutSeconds: 30,
-  maxSide: 1024,
-  memoryBytes: 512 * 1024 * 1024,
-}
+const BOUNDS = previewBounds({ maxInputPixels: 40_000_000, memoryBytes: 512 * 1024 * 1024 })
+const folder = useToolFolder('attach-pdf-preview-', ['pdfinfo', 'pdftoppm', 'prlimit'])
+const dir = (): string => folder.dir()
 
-let dir: string
-/** The tools' TMPDIR (runTool passes it on): it must stay empty. */
-let toolTmp: string
-const savedTmp = process.env.TMPDIR
+const pdf = (name: string, options: PdfKitOptions = {}) => writePdf(join(dir(), name), options)
 
-beforeAll(async () => {
-  dir = await mkdtemp(join(tmpdir(), 'attach-pdf-preview-'))
-  toolTmp = join(dir, 'tmp')
-  mkdirSync(toolTmp)
-  process.env.TMPDIR = toolTmp
-})
-afterAll(async () => {
-  process.env.TMPDIR = savedTmp
-  if (savedTmp === undefined) delete process.env.TMPDIR
-  await rm(dir, { recursive: true, force: true })
-})
-afterEach(() => {
-  expect(readdirSync(toolTmp)).toEqual([])
-  // Every tool run is over and reaped, a render stopped by pdfinfo's refusal too.
-  expect(toolChildren(['pdfinfo', 'pdftoppm', 'prlimit'])).toEqual([])
-})
-
-const pdf = (name: string, options: PdfKitOptions = {}) => writePdf(join(dir, name), options)
-
-async function failure(p: Promise<unknown>): Promise<PreviewError> {
-  const err = await p.then(
-    () => undefined,
-    (e: unknown) => e,
-  )
-  expect(err).toBeInstanceOf(PreviewError)
-  return err as PreviewError
-}
-
-describe.skipIf(!tools.pdfinfo || !tools.pdftoppm)('PDF previews with poppler (pdfinfo, pdftoppm)', () => {
+describe('PDF previews with poppler (pdfinfo, pdftoppm)', () => {
   it('finds the tools on PATH, and a given path only when it is executable', () => {
     expect(tools.pdfinfo).toMatch(/\/pdfinfo$/)
     const found = findPreviewTools({ pdfinfo: '/nonexistent/pdfinfo', ffmpeg: '/etc/passwd' })
@@ -93,20 +56,20 @@ describe.skipIf(!tools.pdfinfo || !tools.pdftoppm)('PDF previews with poppler (p
   })
 
   it('refuses a text file named .pdf: corrupt', async () => {
-    const path = join(dir, 'notes.pdf')
+    const path = join(dir(), 'notes.pdf')
     writeFileSync(path, 'These are my notes, not a PDF.\n'.repeat(50))
-    const err = await failure(probePdf(path, tools, BOUNDS))
+    const err = await previewFailure(probePdf(path, tools, BOUNDS))
     expect(err.code).toBe('corrupt')
     expect(err.permanent).toBe(true)
     expect(err.message).toMatch(/^not a readable PDF: .*(PDF|header|xref|trailer)/i)
-    expect((await failure(renderPdfFirstPage(path, tools, BOUNDS))).code).toBe('corrupt')
+    expect((await previewFailure(renderPdfFirstPage(path, tools, BOUNDS))).code).toBe('corrupt')
   })
 
   it('refuses a PDF that needs a user password: encrypted; one with an owner password only renders', async () => {
     const locked = await pdf('locked.pdf', { encrypt: { userPassword: 'secret', ownerPassword: 'owner' } })
-    const err = await failure(probePdf(locked, tools, BOUNDS))
+    const err = await previewFailure(probePdf(locked, tools, BOUNDS))
     expect(err).toMatchObject({ code: 'encrypted', permanent: true, message: 'the PDF is encrypted with a password' })
-    expect((await failure(renderPdfFirstPage(locked, tools, BOUNDS))).code).toBe('encrypted')
+    expect((await previewFailure(renderPdfFirstPage(locked, tools, BOUNDS))).code).toBe('encrypted')
 
     // Restrictions only (an empty user password): opens in any viewer, and here.
     const restricted = await pdf('restricted.pdf', { encrypt: { userPassword: '', ownerPassword: 'owner' } })
@@ -118,7 +81,7 @@ describe.skipIf(!tools.pdfinfo || !tools.pdftoppm)('PDF previews with poppler (p
   it('refuses 100,000 real pages, and a /Count claiming 100,000, with pdfinfo: too-many-pages', async () => {
     const real = await pdf('100k.pdf', { pages: 100_000 })
     let started = performance.now()
-    const err = await failure(probePdf(real, tools, BOUNDS))
+    const err = await previewFailure(probePdf(real, tools, BOUNDS))
     const realMs = performance.now() - started
     expect(err).toMatchObject({ code: 'too-many-pages', permanent: true, message: 'the PDF has 100000 pages, more than the 10000 allowed' })
     expect(realMs).toBeLessThan(5000)
@@ -130,7 +93,7 @@ describe.skipIf(!tools.pdfinfo || !tools.pdftoppm)('PDF previews with poppler (p
 
     const lying = await pdf('lying.pdf', { claimedCount: 100_000 })
     started = performance.now()
-    expect((await failure(probePdf(lying, tools, BOUNDS))).code).toBe('too-many-pages')
+    expect((await previewFailure(probePdf(lying, tools, BOUNDS))).code).toBe('too-many-pages')
     const lyingMs = performance.now() - started
     console.log(
       `100,000 pages: refused in ${realMs.toFixed(0)} ms (real page tree), ${lyingMs.toFixed(0)} ms (/Count); first page rendered in ${renderMs.toFixed(0)} ms`,
@@ -138,33 +101,33 @@ describe.skipIf(!tools.pdfinfo || !tools.pdftoppm)('PDF previews with poppler (p
 
     // A count its objects cannot hold: poppler calls the file broken.
     const short = await pdf('short-count.pdf', { claimedCount: 100_000, padXref: false })
-    const broken = await failure(probePdf(short, tools, BOUNDS))
+    const broken = await previewFailure(probePdf(short, tools, BOUNDS))
     expect(broken.code).toBe('corrupt')
     expect(broken.message).toMatch(/^not a readable PDF/)
   })
 
   it('a Title that prints a fake "Pages: 1" line before pdfinfo\'s own does not hide the real count', async () => {
     const path = await pdf('title.pdf', { pages: 20_000, title: 'Report\nPages:           1\nEncrypted:       no' })
-    const err = await failure(probePdf(path, tools, BOUNDS))
+    const err = await previewFailure(probePdf(path, tools, BOUNDS))
     expect(err).toMatchObject({ code: 'too-many-pages', message: 'the PDF has 20000 pages, more than the 10000 allowed' })
   })
 
   it('a Title of 2 MB makes pdfinfo say more than its 1 MiB output cap: corrupt, not retried', async () => {
     const path = await pdf('long-title.pdf', { title: 'x'.repeat(2 * 1024 * 1024) })
-    const err = await failure(probePdf(path, tools, BOUNDS))
+    const err = await previewFailure(probePdf(path, tools, BOUNDS))
     expect(err).toMatchObject({ code: 'corrupt', permanent: true, message: 'pdfinfo wrote more than 1048576 bytes' })
   })
 
   it('an array nested 1,000,000 deep: bounded by memory (corrupt) or by time (timeout), the tool gone', async () => {
     const path = await pdf('nested.pdf', { nestDepth: 1_000_000 })
     let started = performance.now()
-    const memory = await failure(probePdf(path, tools, { ...BOUNDS, memoryBytes: 64 * 1024 * 1024 }))
+    const memory = await previewFailure(probePdf(path, tools, { ...BOUNDS, memoryBytes: 64 * 1024 * 1024 }))
     const memoryMs = performance.now() - started
     expect(memory).toMatchObject({ code: 'corrupt', permanent: true, message: 'pdfinfo ran out of memory on this file (bound 64 MiB)' })
 
     const deeper = await pdf('nested-deeper.pdf', { nestDepth: 4_000_000 })
     started = performance.now()
-    const slow = await failure(renderPdfFirstPage(deeper, tools, { ...BOUNDS, timeoutSeconds: 1 }))
+    const slow = await previewFailure(renderPdfFirstPage(deeper, tools, { ...BOUNDS, timeoutSeconds: 1 }))
     const slowMs = performance.now() - started
     expect(slow).toMatchObject({ code: 'timeout', permanent: false, message: 'pdftoppm did not finish within 1 s' })
     expect(slowMs).toBeLessThan(3000)
@@ -191,7 +154,7 @@ describe.skipIf(!tools.pdfinfo || !tools.pdftoppm)('PDF previews with poppler (p
 
   it('refuses a maxSide whose render would be over maxInputPixels: too-many-pixels', async () => {
     const path = await pdf('square.pdf', { mediaBox: [1000, 1000] })
-    const err = await failure(renderPdfFirstPage(path, tools, { ...BOUNDS, maxInputPixels: 1000 * 1000 }))
+    const err = await previewFailure(renderPdfFirstPage(path, tools, { ...BOUNDS, maxInputPixels: 1000 * 1000 }))
     expect(err).toMatchObject({
       code: 'too-many-pixels',
       message: 'a preview of 1024 pixels a side may have 1048576 pixels, more than the 1000000 allowed',

@@ -154,36 +154,33 @@ describe('where a preview tool reads a stored file', () => {
     expect(readdirSync(tmp)).toEqual([])
   })
 
-  it.skipIf(!findPreviewTools().ffprobe)(
-    'ffprobe and ffmpeg read a video from a store without local files through the loopback server',
-    async () => {
-      const tools = findPreviewTools()
-      const video = await makeVideo(join(dir, 'clip.mp4'), { seconds: 3 })
-      await local.put('demo/clip.mp4', readFileSync(video))
-      const remote = remoteView(local)
-      const size = (await remote.stat('demo/clip.mp4')).size
-      const source = await toolInput(remote, 'demo/clip.mp4', size, { ttlSeconds: 60 })
-      try {
-        const bounds = {
-          maxInputPixels: 1e8,
-          maxPages: 10_000,
-          maxDurationSeconds: 86_400,
-          timeoutSeconds: 30,
-          maxSide: 1024,
-          memoryBytes: 1024 ** 3,
-        }
-        const probe = await probeAv(source.input, tools, bounds)
-        expect(probe).toEqual({ kind: 'video', durationMs: 3000, width: 320, height: 240 })
-        expect(await videoFrame(source.input, probe, tools, bounds)).toMatchObject({ width: 320, height: 240 })
-        await source.close()
-        // An address that no longer answers: worth a retry (a new address), not a corrupt file.
-        const gone = await probeAv(source.input, tools, bounds).catch((e: unknown) => e)
-        expect(gone).toBeInstanceOf(PreviewError)
-        expect(gone).toMatchObject({ code: 'tool-failed', permanent: false })
-        expect((gone as Error).message).toMatch(/^ffprobe could not read the file: .*Connection refused/)
-      } finally {
-        await source.close()
+  it('ffprobe and ffmpeg read a video from a store without local files through the loopback server', async () => {
+    const tools = findPreviewTools()
+    const video = await makeVideo(join(dir, 'clip.mp4'), { seconds: 3 })
+    await local.put('demo/clip.mp4', readFileSync(video))
+    const remote = remoteView(local)
+    const size = (await remote.stat('demo/clip.mp4')).size
+    const source = await toolInput(remote, 'demo/clip.mp4', size, { ttlSeconds: 60 })
+    try {
+      const bounds = {
+        maxInputPixels: 1e8,
+        maxPages: 10_000,
+        maxDurationSeconds: 86_400,
+        timeoutSeconds: 30,
+        maxSide: 1024,
+        memoryBytes: 1024 ** 3,
       }
-    },
-  )
+      const probe = await probeAv(source.input, tools, bounds)
+      expect(probe).toEqual({ kind: 'video', durationMs: 3000, width: 320, height: 240 })
+      expect(await videoFrame(source.input, probe, tools, bounds)).toMatchObject({ width: 320, height: 240 })
+      await source.close()
+      // An address that no longer answers: worth a retry (a new address), not a corrupt file.
+      const gone = await probeAv(source.input, tools, bounds).catch((e: unknown) => e)
+      expect(gone).toBeInstanceOf(PreviewError)
+      expect(gone).toMatchObject({ code: 'tool-failed', permanent: false })
+      expect((gone as Error).message).toMatch(/^ffprobe could not read the file: .*Connection refused/)
+    } finally {
+      await source.close()
+    }
+  })
 })
