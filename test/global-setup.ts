@@ -132,7 +132,8 @@ function missingPackages(): Array<{ name: string; why: string }> {
   if (!existsSync('/usr/sbin/clamd')) missing.push({ name: 'clamav-daemon', why: 'clamd (/usr/sbin/clamd), the virus-scanning tests' })
   // packages/attach-storage/src/media/preview-tools.ts: video previews and analysis (ffmpeg, ffprobe), PDF
   // previews and page counts (pdftoppm, pdfinfo).
-  if (!existsSync('/usr/bin/ffmpeg') || !existsSync('/usr/bin/ffprobe')) missing.push({ name: 'ffmpeg', why: 'ffmpeg and ffprobe, the video preview tests' })
+  if (!existsSync('/usr/bin/ffmpeg') || !existsSync('/usr/bin/ffprobe'))
+    missing.push({ name: 'ffmpeg', why: 'ffmpeg and ffprobe, the video preview tests' })
   if (!existsSync('/usr/bin/pdftoppm')) missing.push({ name: 'poppler-utils', why: 'pdftoppm and pdfinfo, the PDF preview tests' })
   if (findOnPath('python3') === undefined) missing.push({ name: 'python3', why: 'python3 (the ZIP tests read archives with zipfile)' })
   // examples/hono-app/test/resumable-browser.test.ts drives Debian's Chromium with playwright-core.
