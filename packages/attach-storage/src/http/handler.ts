@@ -7,6 +7,7 @@ import { matchedRoute, observed } from './observe.js'
 import { errorResponse } from './respond.js'
 import { withOpenApi } from './openapi.js'
 import { noRoute, type Route, Router, segmentsBelow } from './router.js'
+import { authRequestRoutes } from './routes/auth-request.js'
 import { editorImageRoutes, editorUploadRoutes } from './routes/editor.js'
 import { presignRoutes } from './routes/presign.js'
 import { recordRoutes } from './routes/records.js'
@@ -37,7 +38,7 @@ export interface AttachHandler {
 export const API_ROUTES: Route[] = [...uploadRoutes, ...presignRoutes, ...tusRoutes, ...editorUploadRoutes, ...recordRoutes]
 
 /** The binary group (`assets-prefix`): protected per category by the secure-access functions; HEAD is served as GET. */
-export const ASSET_ROUTES: Route[] = [...zipRoutes, ...editorImageRoutes, ...servingRoutes]
+export const ASSET_ROUTES: Route[] = [...zipRoutes, ...editorImageRoutes, ...authRequestRoutes, ...servingRoutes]
 
 /**
  * Builds the Web-standard handlers of a service. Mount `api` under `api-prefix` and `assets` under

@@ -26,7 +26,7 @@ export interface FrontServer {
 }
 
 /** Runs `binary` with its generated configuration in a temp directory until it accepts on `port`. */
-async function runFront(
+export async function runFront(
   binary: string,
   hint: string,
   write: (dir: string, port: number) => { config: string; file: string; args: string[]; log: string },
