@@ -20,6 +20,7 @@ import { MiB, renderTable, type Context, type Row } from './lib/report.js'
 import { copyStoreBench, verifyBench } from './scenarios/cli.js'
 import { adaptersBench, listBench, s3Bench } from './scenarios/hooks.js'
 import { heicBench } from './scenarios/heic.js'
+import { nginxSignedBench } from './scenarios/nginx-signed.js'
 import { hostileBench } from './scenarios/hostile.js'
 import { photosBench } from './scenarios/photos.js'
 import { previewsBench } from './scenarios/previews.js'
@@ -42,6 +43,7 @@ const SCENARIOS: Scenario[] = [
   { name: 'tus', title: 'resumable (tus) upload of a large file against the multipart upload', run: tusBench },
   { name: 'view', title: 'view of a large file', run: viewBench },
   { name: 'views-50k', title: '50 KB views per second (wrk)', run: smallViewsBench },
+  { name: 'views-50k-nginx-signed', title: 'repeated guarded views of one signed URL through nginx', run: nginxSignedBench },
   { name: 'resize', title: 'resize placeholders against sharp', run: resizeBench },
   { name: 'photos', title: 'analysis and metadata stripping of a 12 MP JPEG upload', run: photosBench },
   { name: 'heic', title: 'a 12 MP HEIC photo to an 800 px JPEG against heif-convert + sharp, and its memory', run: heicBench },

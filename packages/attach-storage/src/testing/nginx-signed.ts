@@ -18,6 +18,8 @@ export interface SignedNginxOptions {
   boundSeconds: number
   /** A location nginx serves alone from a directory (the benchmark's ceiling). */
   public?: { location: string; root: string }
+  /** More of the server block (the benchmark's `secure_link` location). */
+  extra?: string
   workers?: number
 }
 
@@ -131,7 +133,7 @@ ${http}
   server {
     listen 127.0.0.1:${port};
 ${server}
-${open}  }
+${open}${o.extra ?? ''}  }
 }
 `,
     }
