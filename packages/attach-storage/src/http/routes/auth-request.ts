@@ -53,7 +53,15 @@ export const authRequestRoutes: Route[] = [
     doc: {
       summary: "nginx's auth_request decision for a signed view URL",
       description: 'A 200 with the hand-off (`X-Attach-File` and the headers nginx sets) and `X-Accel-Expires`, else a 403 never cached.',
-      responses: { 200: { description: 'nginx may send the file itself for `X-Accel-Expires` seconds (no body)' } },
+      responses: {
+        200: {
+          description: 'nginx may send the file itself for `X-Accel-Expires` seconds (no body)',
+          headers: {
+            'x-accel-expires': { description: 'Seconds nginx may keep this answer: min(exp - now, bound)', schema: { type: 'string' } },
+            [DECISION_HEADERS.file]: { description: 'The X-Accel-Redirect target of the file', schema: { type: 'string' } },
+          },
+        },
+      },
     },
     handle: async ({ params }, { ctx, url, request }) => {
       const told = request.headers.get(CACHE_BOUND_HEADER)
