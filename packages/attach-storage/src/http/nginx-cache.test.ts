@@ -4,6 +4,8 @@
  * meanwhile. Real nginx, configured as docs/serving.md gives it (testing/nginx-signed.ts).
  */
 import { createHash } from 'node:crypto'
+import { readFileSync } from 'node:fs'
+import { fileURLToPath } from 'node:url'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { UrlSigner } from '../service/signing.js'
 import { type FrontServer, type NodeUpstream, serveOnNode } from '../testing/front-servers.js'
@@ -111,6 +113,19 @@ describe('signed views through nginx, decided once per URL', () => {
     const head = await fetch(signed(id), { method: 'HEAD' })
     expect(head.status).toBe(200)
     expect(head.headers.get('content-length')).toBe('25')
+  })
+
+  it('answers a HEIC photo as the JPEG the view shows, never the original', async () => {
+    const heic = readFileSync(fileURLToPath(new URL('../../test/fixtures/photo.heic', import.meta.url)))
+    const blob = new Blob([new Uint8Array(heic)], { type: 'image/heic' })
+    const id = (await saveFile(kit, blob, 'IMG_0001.HEIC', '1', 'private')).id
+    for (let i = 0; i < 3; i++) {
+      const res = await fetch(signed(id))
+      expect(res.status).toBe(200)
+      expect(res.headers.get('content-type')).toBe('image/jpeg')
+      const body = new Uint8Array(await res.arrayBuffer())
+      expect([...body.subarray(0, 3)]).toEqual([0xff, 0xd8, 0xff])
+    }
   })
 
   it('refuses an expired URL', async () => {

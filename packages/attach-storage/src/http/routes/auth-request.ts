@@ -11,7 +11,8 @@ import { signatureIn } from '../../service/signing.js'
 import { parseInput } from '../../validation.js'
 import { defineRoute, type Route } from '../router.js'
 import { fileAnswer } from '../serve.js'
-import { IdSegmentSchema } from './schemas.js'
+import { IdSegmentSchema, ResizeQuerySchema } from './schemas.js'
+import { shownOf } from './serving.js'
 
 /** The request header in which nginx tells its cache bound, in seconds. */
 export const CACHE_BOUND_HEADER = 'x-attach-cache-bound'
@@ -40,6 +41,9 @@ const notHere = (why: string) =>
     status: 403,
     headers: { 'x-accel-expires': '0' },
   })
+
+/** What the view of a picture browsers cannot show (HEIC) answers without a query: the JPEG it is shown as. */
+const SHOWN = shownOf(v.parse(ResizeQuerySchema, {}), null)
 
 const Bound = v.pipe(v.string(), v.regex(/^\d{1,6}$/, 'must be whole seconds'), v.transform(Number))
 
@@ -74,7 +78,7 @@ export const authRequestRoutes: Route[] = [
       // A refusal (no such record, deleted, refused) is the view route's to answer: nginx's auth_request
       // takes only 2xx, 401 and 403.
       const target = await serving
-        .resolveById(ctx, { id: params.id, lookOnly: true }, { user: null, request: null, signature })
+        .resolveById(ctx, { id: params.id, shown: SHOWN }, { user: null, request: null, signature })
         .catch((err: unknown) => {
           throw err instanceof AttachStorageError && err.status < 500 ? notHere(err.message) : err
         })
