@@ -4,7 +4,7 @@
  * few analyses at once (beyond the queue: not analysed, `null`). Never fails an upload: a file sharp
  * cannot read is simply not analysed.
  */
-import pLimit, { type LimitFunction } from 'p-limit'
+import { limitFamily } from './limits.js'
 import sharp from 'sharp'
 import { rgbaToThumbHash } from 'thumbhash'
 import type { ImageMedia as MediaInfo } from '../model.js'
@@ -39,21 +39,13 @@ export interface AnalyseOptions {
   timeoutSeconds?: number
 }
 
-const limiters = new Map<number, LimitFunction>()
-
-function limiterOf(concurrency: number): LimitFunction {
-  let limit = limiters.get(concurrency)
-  if (!limit) {
-    limit = pLimit(concurrency)
-    limiters.set(concurrency, limit)
-  }
-  return limit
-}
+/** Analyses at once, per `concurrency` setting (their own pools: resizes and re-encodes have theirs). */
+const analyses = limitFamily()
 
 /** True when an analysis asked for now would find its queue full (and answer `null`). */
 export function analysisBusy(options: AnalyseOptions): boolean {
   const concurrency = options.concurrency ?? 2
-  const limit = limiterOf(concurrency)
+  const limit = analyses.of(concurrency)
   return limit.activeCount + limit.pendingCount >= concurrency + (options.queue ?? 16)
 }
 
@@ -84,10 +76,12 @@ export interface Analysis {
 /** {@link analyseImage}, saying what is wrong with a file the decoder refused. */
 export async function explainImage(input: string | Buffer, type: string, options: AnalyseOptions): Promise<Analysis> {
   if (!isAnalysed(type) || analysisBusy(options)) return { media: null }
-  return limiterOf(options.concurrency ?? 2)(async () => ({ media: await analyse(input, type, options) })).catch((err: unknown) => {
-    const message = err instanceof Error ? err.message : String(err)
-    return isProblem(err, message) ? { media: null, problem: message } : { media: null }
-  })
+  return analyses
+    .of(options.concurrency ?? 2)(async () => ({ media: await analyse(input, type, options) }))
+    .catch((err: unknown) => {
+      const message = err instanceof Error ? err.message : String(err)
+      return isProblem(err, message) ? { media: null, problem: message } : { media: null }
+    })
 }
 
 /** True when the decoder's error is about the file (not about the moment: a queue, a timeout). */

@@ -1,6 +1,6 @@
 /** Stripping a received image's metadata in the temporary area, before it is kept (media/strip.ts). */
 import { Readable } from 'node:stream'
-import pLimit, { type LimitFunction } from 'p-limit'
+import { limitFamily } from '../media/limits.js'
 import { JpegStripper, planStrip, reorient, STRIPPABLE_TYPES, StripError, type StreamStrip, stripStream } from '../media/strip.js'
 import type { RegisteredCategory } from '../registry/registry.js'
 import type { ServiceContext } from './context.js'
@@ -9,15 +9,7 @@ import { tmpKey } from './temporary.js'
 import type { ReceivedFile } from './types.js'
 
 /** Re-encodes of oriented pictures at once, per `resize.concurrency` (the others wait their turn). */
-const limiters = new Map<number, LimitFunction>()
-const limiterOf = (concurrency: number): LimitFunction => {
-  let limit = limiters.get(concurrency)
-  if (!limit) {
-    limit = pLimit(concurrency)
-    limiters.set(concurrency, limit)
-  }
-  return limit
-}
+const reencodes = limitFamily()
 
 /** What stripping on receipt did to a received file (see {@link stripOnReceipt}). */
 const onReceipt = new WeakMap<ReceivedFile, StreamStrip>()
@@ -89,7 +81,7 @@ export async function stripReceived(
               contentType: type,
             },
           )
-        : await limiterOf(ctx.config.resize.concurrency)(async () =>
+        : await reencodes.of(ctx.config.resize.concurrency)(async () =>
             ingest(tmp, staging, reorient(await tmp.get(key), type, ctx.config.resize.maxInputPixels), { contentType: type }),
           )
     await tmp.move(staging, key)
