@@ -2,6 +2,7 @@
  * `attach-storage stats`: files and bytes per domain, category and store; variants; temporary files.
  * With `--quota`: the bytes each user holds in uploads not committed yet, against `upload.userQuota`.
  */
+import { PREVIEW_JOB } from '../service/previews.js'
 import { pendingByUser } from '../service/quota.js'
 import { TMP_PREFIX } from '../service/temporary.js'
 import { type CliIo, distinctStores, EXIT, formatBytes, type GlobalOptions, openService, report } from './runtime.js'
@@ -43,8 +44,11 @@ export async function statsCommand(options: GlobalOptions & { quota?: boolean },
       temporary.count++
       temporary.bytes += e.size
     }
-    const named = await ctx.repo.variants.countByName()
-    report(io, options, { records, blobs, variants, named, temporary }, [
+    // The rows of previews (and media) of PDFs, videos and audio are counted apart from the named variants.
+    const rows = await ctx.repo.variants.countByName()
+    const named = rows.filter((n) => n.name !== PREVIEW_JOB)
+    const previews = rows.find((n) => n.name === PREVIEW_JOB)?.count ?? 0
+    report(io, options, { records, blobs, variants, named, previews, temporary }, [
       'domain\tcategory\tstore\tfiles\tbytes',
       ...records.map((r) => `${r.refDomain}\t${r.refCategory}\t${r.store}\t${r.count}\t${r.bytes} (${formatBytes(r.bytes)})`),
       '',
@@ -56,6 +60,7 @@ export async function statsCommand(options: GlobalOptions & { quota?: boolean },
       }),
       '',
       `named variants made: ${named.length ? named.map((n) => `${n.name} ${n.count}`).join(', ') : 'none'}`,
+      `previews and media of PDFs, videos and audio recorded: ${previews}`,
       `temporary files: ${temporary.count}, ${temporary.bytes} bytes (${formatBytes(temporary.bytes)})`,
     ])
     return EXIT.ok

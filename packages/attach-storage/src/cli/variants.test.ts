@@ -102,6 +102,10 @@ describe('attach-storage variants make and purge', () => {
     expect(wide.headers.get('content-type')).toBe('image/webp')
     const again = await run(['variants', 'make', '--domain', 'demo', '--json'])
     expect(again.json()).toMatchObject({ previews: 0, made: 0 })
+    // stats counts the preview apart from the named variants.
+    const stats = await run(['stats', '--json'])
+    expect(stats.json().previews).toBe(1)
+    expect(stats.json().named.map((n: { name: string }) => n.name)).toEqual(['thumb', 'wide'])
   })
 
   it('refuses a domain, category or action it does not know, with exit 2', async () => {
