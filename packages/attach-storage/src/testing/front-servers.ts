@@ -91,6 +91,27 @@ function accepts(port: number): Promise<boolean> {
 }
 
 /**
+ * The start of a test nginx's configuration in `dir`: the process settings and the temporary paths, up
+ * to and inside an open `http {` block, which the caller goes on with and closes.
+ */
+export function nginxHead(dir: string, workers = 1): string {
+  return `${process.getuid?.() === 0 ? 'user root;\n' : ''}daemon off;
+worker_processes ${workers};
+pid ${dir}/nginx.pid;
+error_log ${dir}/error.log warn;
+events { worker_connections 256; }
+http {
+  access_log off;
+  client_body_temp_path ${dir}/body;
+  proxy_temp_path ${dir}/proxy;
+  fastcgi_temp_path ${dir}/fastcgi;
+  uwsgi_temp_path ${dir}/uwsgi;
+  scgi_temp_path ${dir}/scgi;
+  default_type application/octet-stream;
+`
+}
+
+/**
  * Starts nginx proxying `prefixes` to `upstreamPort` and serving each `internal` location (an
  * `X-Accel-Redirect` target, e.g. `/_attach/local/`) from its directory, and each `public` location
  * (the benchmark's ceiling: nginx alone) from its directory. One worker unless told otherwise.
@@ -130,20 +151,7 @@ export function startNginx(options: {
     file: join(dir, 'nginx.conf'),
     log: join(dir, 'error.log'),
     args: ['-p', dir, '-c', join(dir, 'nginx.conf'), '-e', join(dir, 'error.log')],
-    config: `${process.getuid?.() === 0 ? 'user root;\n' : ''}daemon off;
-worker_processes ${options.workers ?? 1};
-pid ${dir}/nginx.pid;
-error_log ${dir}/error.log warn;
-events { worker_connections 256; }
-http {
-  access_log off;
-  client_body_temp_path ${dir}/body;
-  proxy_temp_path ${dir}/proxy;
-  fastcgi_temp_path ${dir}/fastcgi;
-  uwsgi_temp_path ${dir}/uwsgi;
-  scgi_temp_path ${dir}/scgi;
-  default_type application/octet-stream;
-  upstream attach_storage {
+    config: `${nginxHead(dir, options.workers)}  upstream attach_storage {
     server 127.0.0.1:${options.upstreamPort};
     keepalive 32;
   }

@@ -4,7 +4,7 @@
  * `X-Accel-Expires` seconds), the server block docs/serving.md gives ("Signed views decided once").
  */
 import { join } from 'node:path'
-import { type FrontServer, NGINX, runFront } from './front-servers.js'
+import { type FrontServer, NGINX, nginxHead, runFront } from './front-servers.js'
 
 export interface SignedNginxOptions {
   upstreamPort: number
@@ -112,20 +112,7 @@ export function startSignedNginx(o: SignedNginxOptions): Promise<FrontServer> {
       file: join(dir, 'nginx.conf'),
       log: join(dir, 'error.log'),
       args: ['-p', dir, '-c', join(dir, 'nginx.conf'), '-e', join(dir, 'error.log')],
-      config: `${process.getuid?.() === 0 ? 'user root;\n' : ''}daemon off;
-worker_processes ${o.workers ?? 1};
-pid ${dir}/nginx.pid;
-error_log ${dir}/error.log warn;
-events { worker_connections 256; }
-http {
-  access_log off;
-  client_body_temp_path ${dir}/body;
-  proxy_temp_path ${dir}/proxy;
-  fastcgi_temp_path ${dir}/fastcgi;
-  uwsgi_temp_path ${dir}/uwsgi;
-  scgi_temp_path ${dir}/scgi;
-  default_type application/octet-stream;
-${http}
+      config: `${nginxHead(dir, o.workers)}${http}
   upstream attach_storage {
     server 127.0.0.1:${o.upstreamPort};
     keepalive 32;
