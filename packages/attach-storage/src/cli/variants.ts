@@ -7,7 +7,7 @@ import type { AttachmentRecord } from '../model.js'
 import type { ServiceContext } from '../service/context.js'
 import { storeKey } from '../service/layout.js'
 import { madeVariants, makeNamedVariant, namedVariantsOf } from '../service/variants.js'
-import { makePreview, PREVIEW_JOB, previewKindOf } from '../service/previews.js'
+import { makePreview, PREVIEW_JOB, previewDone, previewKindOf } from '../service/previews.js'
 import { startProgress } from './progress.js'
 import { type CliIo, EXIT, forEachConcurrent, type GlobalOptions, openService, report, UsageError } from './runtime.js'
 import { PAGE } from './walk.js'
@@ -74,7 +74,7 @@ async function previewsWanted(ctx: ServiceContext, records: readonly AttachmentR
   if (!kinds.length) return new Set()
   const done = new Set<number>()
   for (const row of await ctx.repo.variants.ofRecords(kinds.map((r) => r.id))) {
-    if (row.name === PREVIEW_JOB && !row.spec.startsWith('retry:')) done.add(row.fileId)
+    if (row.name === PREVIEW_JOB && previewDone(row.spec)) done.add(row.fileId)
   }
   return new Set(kinds.filter((r) => !done.has(r.id)).map((r) => r.id))
 }

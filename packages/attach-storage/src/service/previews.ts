@@ -17,6 +17,7 @@ import type { AttachConfigParsed } from '../config/schema.js'
 import type { ServiceContext } from './context.js'
 import { storeKey } from './layout.js'
 import type { Logger } from './types.js'
+import type { VariantRow } from '../repository/variant-rows.js'
 import type { VariantJob } from './variant-queue.js'
 import { namedVariantsOf, queueJobs } from './variants.js'
 
@@ -116,6 +117,16 @@ export function previewKey(r: Pick<AttachmentRecord, 'savedDir' | 'id'>): string
 const MADE = 'made'
 const ANALYSED = 'analysed'
 
+/** True when a preview row's spec says its job has run to its end (made, analysed or failed): not tried again. */
+export function previewDone(spec: string | undefined): boolean {
+  return spec === MADE || spec === ANALYSED || (spec?.startsWith('failed:') ?? false)
+}
+
+/** The preview row of one record, if its job has written one. */
+export async function previewRowOf(ctx: ServiceContext, id: number): Promise<VariantRow | undefined> {
+  return (await ctx.repo.variants.ofRecords([id])).find((x) => x.name === PREVIEW_JOB)
+}
+
 /** A preview row's spec as the state a record answers. */
 export function previewStateOf(spec: string | undefined): PreviewState {
   if (spec === MADE) return 'made'
@@ -153,7 +164,7 @@ export async function madePreview(ctx: ServiceContext, r: AttachmentRecord): Pro
     }
     throw missing('no-preview', `Attachment ${r.id} has no preview (only PDFs and videos have one)`)
   }
-  const row = (await ctx.repo.variants.ofRecords([r.id])).find((x) => x.name === PREVIEW_JOB)
+  const row = await previewRowOf(ctx, r.id)
   const state = previewStateOf(row?.spec)
   if (state === 'failed') {
     throw missing('preview-failed', `Attachment ${r.id} could not be previewed (${row!.spec.slice('failed:'.length)})`)
@@ -181,8 +192,8 @@ export async function makePreview(ctx: ServiceContext, job: VariantJob): Promise
   const r = await ctx.repo.findById(job.fileId)
   const kind = r ? previewKindOf(r.fileType) : undefined
   if (!r || !kind || !ctx.previews.on(kind)) return 'gone'
-  const row = (await ctx.repo.variants.ofRecords([r.id])).find((x) => x.name === PREVIEW_JOB)
-  if (row && (row.spec === MADE || row.spec === ANALYSED || row.spec.startsWith('failed:'))) return 'exists'
+  const row = await previewRowOf(ctx, r.id)
+  if (previewDone(row?.spec)) return 'exists'
   const tries = row?.spec.startsWith('retry:') ? Number(row.spec.slice('retry:'.length)) || 0 : 0
   try {
     const image = await analyseAndRender(ctx, r, kind)

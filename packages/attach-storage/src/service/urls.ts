@@ -87,16 +87,20 @@ function boxesOf(ctx: ServiceContext, r: AttachmentRecord, named: string[]): Non
   return out
 }
 
+/** The view route by id with `query`, signed for a guarded category. */
+function viewByIdUrl(ctx: ServiceContext, id: number, query: string, guarded: boolean): string {
+  const url = `${ctx.config.assetsPrefix}/attach/view/${id}?${query}`
+  return guarded && ctx.signer ? `${url}&${ctx.signer.query(id)}` : url
+}
+
 /** The address of a record's named variant: the view route by id, signed for a guarded category. */
 export function variantUrl(ctx: ServiceContext, id: number, name: string, guarded: boolean): string {
-  const url = `${ctx.config.assetsPrefix}/attach/view/${id}?variant=${encodeURIComponent(name)}`
-  return guarded && ctx.signer ? `${url}&${ctx.signer.query(id)}` : url
+  return viewByIdUrl(ctx, id, `variant=${encodeURIComponent(name)}`, guarded)
 }
 
 /** The address of a PDF's or a video's preview image: the view route by id, signed for a guarded category. */
 export function thumbnailUrl(ctx: ServiceContext, id: number, guarded: boolean): string {
-  const url = `${ctx.config.assetsPrefix}/attach/view/${id}?preview=1`
-  return guarded && ctx.signer ? `${url}&${ctx.signer.query(id)}` : url
+  return viewByIdUrl(ctx, id, 'preview=1', guarded)
 }
 
 /**

@@ -10,7 +10,7 @@ import { variantSpec } from '../repository/variant-rows.js'
 import type { ServiceContext } from './context.js'
 import { storeKey } from './layout.js'
 import type { VariantJob } from './variant-queue.js'
-import { isPreviewed, makePreview, PREVIEW_JOB, previewJobsOf, previewKey, previewStateOf } from './previews.js'
+import { isPreviewed, makePreview, PREVIEW_JOB, previewJobsOf, previewKey, previewRowOf, previewStateOf } from './previews.js'
 
 /** What became of one job. */
 export type VariantJobOutcome = 'made' | 'exists' | 'original' | 'gone'
@@ -95,7 +95,7 @@ export async function makeNamedVariant(ctx: ServiceContext, job: VariantJob): Pr
     if (preview === 'pending') {
       // Made here (or by its own job meanwhile): what it became is read back, not taken from this call.
       await makePreview(ctx, { fileId: r.id, name: PREVIEW_JOB })
-      preview = previewStateOf((await ctx.repo.variants.ofRecords([r.id])).find((row) => row.name === PREVIEW_JOB)?.spec)
+      preview = previewStateOf((await previewRowOf(ctx, r.id))?.spec)
     }
     if (preview !== 'made') return 'gone'
     source = { key: previewKey(r), type: 'image/jpeg' }
