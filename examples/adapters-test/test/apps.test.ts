@@ -64,6 +64,7 @@ const APPS = {
     const ref = await honoApp.createReferenceApp(env, quiet)
     const server = deferContinue(serve({ fetch: ref.app.fetch, port: 0, hostname: '127.0.0.1' }) as Server)
     server.on('clientError', answerClientError)
+    ref.viewsFirst(server)
     return {
       ref,
       server,
@@ -73,7 +74,9 @@ const APPS = {
   },
   async express(env: Env) {
     const ref = await expressApp.createReferenceApp(env, quiet)
-    const server = deferContinue(createServer(ref.app)).on('clientError', answerClientError).listen(0, '127.0.0.1')
+    const server = deferContinue(createServer(ref.app)).on('clientError', answerClientError)
+    ref.viewsFirst(server)
+    server.listen(0, '127.0.0.1')
     return {
       ref,
       server,
@@ -83,6 +86,7 @@ const APPS = {
   },
   async fastify(env: Env) {
     const ref = await fastifyApp.createReferenceApp(env, quiet)
+    ref.viewsFirst(ref.app.server)
     await ref.app.listen({ port: 0, host: '127.0.0.1' })
     // Fastify's close() only ends the connections idle at that moment: end the kept-alive ones too.
     const stop = async () => {

@@ -13,6 +13,8 @@ await runReferenceServer(
       server.on('clientError', answerClientError)
       // `Expect: 100-continue` is answered 100 only once the handlers read the body (after authentication).
       deferContinue(server)
+      // Views by id are answered before Express (serveViewsFirst), with the app's CORS headers.
+      ref.viewsFirst(server)
       server.once('error', reject)
       server.listen(port, host, () =>
         resolve({

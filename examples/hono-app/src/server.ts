@@ -23,5 +23,7 @@ await runReferenceServer(
       server.on('clientError', answerClientError)
       // `Expect: 100-continue` is answered 100 only once the handlers read the body (after authentication).
       deferContinue(server as Server)
+      // Views by id are answered before Hono (serveViewsFirst), with the app's CORS headers.
+      ref.viewsFirst(server as Server)
     }),
 )

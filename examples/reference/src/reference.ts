@@ -19,6 +19,7 @@ import {
   type Logger,
 } from 'attach-storage'
 import { loadConfigFile, mergeSettings } from 'attach-storage/config'
+import { type ListeningServer, serveViewsFirst } from 'attach-storage/node'
 import { listResponse, parseListRequest, runList, type ListProvider } from 'attach-storage/list'
 import { createPrometheusMetrics } from 'attach-storage/metrics'
 import { collectDefaultMetrics } from 'prom-client'
@@ -40,6 +41,12 @@ export interface ServerEnv {
   ATTACH_SIGNING_SECRET?: string
   /** clamd's address (`tcp://host:port` or `unix:/path`): uploads into `demo/scanned` are scanned (docs/scanning.md). */
   ATTACH_CLAMD?: string
+  /**
+   * `off`: views by id go through the framework like every other request, instead of being answered at
+   * the `node:http` level before it (`serveViewsFirst`, docs/serving.md). For comparisons (the bench).
+   * @default 'on'
+   */
+  ATTACH_VIEWS_FIRST?: string
   [key: string]: string | undefined
 }
 
@@ -81,6 +88,12 @@ export interface Reference {
   page(request: Request): Promise<Response>
   /** CORS settings, or undefined when ATTACH_CORS_ORIGINS is unset. */
   cors: CorsSettings | undefined
+  /**
+   * Views by id answered before the framework on its Node server (`serveViewsFirst` of
+   * `attach-storage/node`, with the CORS settings above), unless ATTACH_VIEWS_FIRST is `off`. Each
+   * app's server calls it once the framework has made its server.
+   */
+  viewsFirst(server: ListeningServer): void
   /** GET /healthz and GET /readyz, without authentication (docs/operations.md). */
   health: HealthHandlers
   /** GET /metrics: Prometheus's text format, without authentication. */
@@ -298,6 +311,12 @@ export async function createReference(env: ServerEnv = process.env, logger: Logg
     throw err
   }
 
+  const viewsFirst = env.ATTACH_VIEWS_FIRST ?? 'on'
+  if (viewsFirst !== 'on' && viewsFirst !== 'off') {
+    await storage.close()
+    await db.destroy()
+    throw new Error(`ATTACH_VIEWS_FIRST must be on or off, not ${JSON.stringify(viewsFirst)}`)
+  }
   const cors: CorsSettings | undefined = env.ATTACH_CORS_ORIGINS
     ? (() => {
         const origins = env.ATTACH_CORS_ORIGINS.split(',')
@@ -479,6 +498,10 @@ export async function createReference(env: ServerEnv = process.env, logger: Logg
     deleteBoard,
     page: createPage({ devToken: secret === DEV_SECRET ? () => signDevToken(secret) : undefined, cdnUrl: env.ATTACH_CDN_URL }),
     cors,
+    viewsFirst(server) {
+      if (viewsFirst === 'off') return
+      serveViewsFirst(server, storage, { cors: cors ? { origins: cors.origins, exposeHeaders: cors.exposeHeaders } : false })
+    },
     health: createHealthHandlers(storage),
     metrics: () => metrics.answer(),
     notFound: () => notFound('No such route').toResponse(),

@@ -33,9 +33,16 @@ export interface FastViews {
   match(req: IncomingMessage, target?: string): FastViewMatch | undefined
   /**
    * Answers a matched request on `res`. `toRequest` makes the Web `Request` a secure-access function is
-   * shown, only if one is asked.
+   * shown, only if one is asked. `headers` go out with the answer (the CORS headers of
+   * `serveViewsFirst`); a `Vary` among them, or set on `res` before, is merged with the answer's own.
    */
-  serve(match: FastViewMatch, req: IncomingMessage, res: ServerResponse, toRequest: () => Request): Promise<void>
+  serve(
+    match: FastViewMatch,
+    req: IncomingMessage,
+    res: ServerResponse,
+    toRequest: () => Request,
+    headers?: ReadonlyArray<readonly [string, string]>,
+  ): Promise<void>
 }
 
 const escapeRegExp = (s: string) => s.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&')
@@ -51,7 +58,8 @@ export function createFastViews(storage: AttachStorage): FastViews {
       if (!m) return undefined
       return { action: m[1] as 'view' | 'download', id: Number(m[2]), query: q < 0 ? '' : target.slice(q + 1) }
     },
-    async serve(match, req, res, toRequest) {
+    async serve(match, req, res, toRequest, headers) {
+      if (headers) for (const [name, value] of headers) res.setHeader(name, value)
       let ctx: ServiceContext
       try {
         ctx = contextOf(storage)
@@ -123,6 +131,25 @@ function header(req: IncomingMessage, name: string): string | null {
   return v === undefined ? null : Array.isArray(v) ? (v[0] ?? null) : v
 }
 
+/**
+ * The answer's headers as one flat list, its `Vary` merged with one already set on `res` (a CORS
+ * middleware's `Origin`): writing the list replaces a header of the same name.
+ */
+function flatHeaders(res: ServerResponse, headers: Array<[string, string]>): string[] {
+  const prior = res.getHeader('vary')
+  const flat = headers.flat()
+  if (prior === undefined) return flat
+  const at = flat.findIndex((v, i) => i % 2 === 0 && v.toLowerCase() === 'vary')
+  if (at < 0) return flat
+  const names = new Map<string, string>()
+  for (const name of `${Array.isArray(prior) ? prior.join(',') : prior},${flat[at + 1]}`.split(',')) {
+    const t = name.trim()
+    if (t && !names.has(t.toLowerCase())) names.set(t.toLowerCase(), t)
+  }
+  flat[at + 1] = [...names.values()].join(', ')
+  return flat
+}
+
 /** Writes an answer: the headers once, then nothing, the bytes in one piece, or the store's stream. */
 async function writeAnswer(res: ServerResponse, answer: FileAnswer, logger: Logger): Promise<void> {
   if (res.headersSent || res.destroyed) {
@@ -137,11 +164,11 @@ async function writeAnswer(res: ServerResponse, answer: FileAnswer, logger: Logg
       stream = await body.store.get(body.key, body.range)
     } catch (err) {
       const e = errorAnswer(answeredError(err, logger))
-      res.writeHead(e.status, e.headers.flat())
+      res.writeHead(e.status, flatHeaders(res, e.headers))
       res.end(e.body as Uint8Array)
       return
     }
-    res.writeHead(answer.status, answer.headers.flat())
+    res.writeHead(answer.status, flatHeaders(res, answer.headers))
     try {
       await pipeline(stream, res)
     } catch {
@@ -150,6 +177,6 @@ async function writeAnswer(res: ServerResponse, answer: FileAnswer, logger: Logg
     }
     return
   }
-  res.writeHead(answer.status, answer.headers.flat())
+  res.writeHead(answer.status, flatHeaders(res, answer.headers))
   res.end(body)
 }

@@ -291,6 +291,7 @@ const SMALL_RESPONSE = 256 * 1024
 
 export { NODE_BODY, NODE_REQUEST_BODY, nodeBodyOf, nodeRequestBodyOf, type NodeRequestBody } from '../http/node-body.js'
 export { createFastViews, type FastViewMatch, type FastViews } from './fast-views.js'
+export { type ListeningServer, serveViewsFirst, type ViewsCors, type ViewsFirstOptions } from './views-first.js'
 export { DRAIN_IDLE_MS, DRAIN_LIMIT, DRAIN_TIME_MS, deferContinue, releaseRequestBody, unreadBody } from './early-answer.js'
 
 /**
