@@ -45,9 +45,11 @@ export interface WrkResult {
 
 const unit = (v: string, u: string, table: Record<string, number>) => Number(v) * (table[u] ?? 1)
 
-/** Runs wrk (keep-alive is wrk's default) and parses its report. */
-export function wrk(url: string, opts: { connections: number; threads: number; seconds: number }): Promise<WrkResult> {
-  const args = ['-t', String(opts.threads), '-c', String(opts.connections), '-d', `${opts.seconds}s`, '--latency', url]
+/** Runs wrk (keep-alive is wrk's default) and parses its report; `script` is a Lua script of wrk's (`-s`). */
+export function wrk(url: string, opts: { connections: number; threads: number; seconds: number; script?: string }): Promise<WrkResult> {
+  const args = ['-t', String(opts.threads), '-c', String(opts.connections), '-d', `${opts.seconds}s`, '--latency']
+  if (opts.script) args.push('-s', opts.script)
+  args.push(url)
   return new Promise((resolve, reject) => {
     execFile('wrk', args, { maxBuffer: 1 << 20 }, (err, stdout, stderr) => {
       if (err) return reject(new Error(`wrk failed: ${err.message} ${stderr}`))
@@ -79,6 +81,39 @@ export interface WrkTarget {
   label: string
   url: string
   pid: number
+  /** Lua scripts of wrk's for the measured run and the warm-up ({@link distinctPathsScript}). */
+  script?: string
+  warmScript?: string
+}
+
+/**
+ * A wrk script requesting each of `paths` (path and query, on the URL's origin) once, in turn, the
+ * threads interleaved so that no path is asked twice while the list lasts: a page of distinct URLs.
+ * `threads` is wrk's thread count. The list is read from a file beside the script (LuaJIT limits the
+ * constants of one chunk).
+ */
+export async function distinctPathsScript(file: string, paths: readonly string[], threads = 2): Promise<string> {
+  const { writeFile } = await import('node:fs/promises')
+  await writeFile(`${file}.txt`, `${paths.join('\n')}\n`)
+  await writeFile(
+    file,
+    `local threads = 0
+function setup(thread)
+  thread:set("tid", threads)
+  threads = threads + 1
+end
+local paths = {}
+for line in io.lines(${JSON.stringify(`${file}.txt`)}) do paths[#paths + 1] = line end
+local i = nil
+request = function()
+  if i == nil then i = tid end
+  local path = paths[(i % #paths) + 1]
+  i = i + ${threads}
+  return wrk.format("GET", path)
+end
+`,
+  )
+  return file
 }
 
 export interface WrkMeasured extends WrkResult {
@@ -103,10 +138,10 @@ export async function wrkEach(
   const c = { connections: opts.connections ?? 32, threads: opts.threads ?? 2 }
   for (const t of targets) {
     opts.log(`wrk ${c.connections} connections, ${opts.warmSeconds} s warm-up + ${opts.seconds} s: ${t.label} ${t.url}`)
-    await wrk(t.url, { ...c, seconds: opts.warmSeconds })
+    await wrk(t.url, { ...c, seconds: opts.warmSeconds, script: t.warmScript })
     const probe = new PeakMemory(t.pid)
     probe.start()
-    const r = await wrk(t.url, { ...c, seconds: opts.seconds })
+    const r = await wrk(t.url, { ...c, seconds: opts.seconds, script: t.script })
     const mem = probe.stop()
     if (r.non2xx > 0 || r.errors > 0) {
       throw new Error(`${t.label}: ${r.non2xx} non-2xx answers and ${r.errors} socket errors out of ${r.requests} requests`)

@@ -3,8 +3,10 @@
  * once": `auth_request` to the decision route, its answer kept in `proxy_cache` by the URL) against nginx
  * serving the same 50 KB file alone; beside it, for the comparison of the two modules, the same file behind
  * `secure_link` (nginx checks an MD5 link alone, never asking the server; not what docs/serving.md chose).
+ * Then a page of distinct signed URLs (every view the first of its URL, each decided by the server)
+ * through nginx against the same distinct views answered by the server alone.
  */
-import { createHash } from 'node:crypto'
+import { createHash, createHmac } from 'node:crypto'
 import { existsSync } from 'node:fs'
 import { mkdtemp, rm, writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
@@ -13,9 +15,9 @@ import { startSignedNginx } from '../../packages/attach-storage/src/testing/ngin
 import { UrlSigner } from '../../packages/attach-storage/src/service/signing.js'
 import { paddedJpeg } from '../lib/files.js'
 import { jsonCall, request, uploadMultipart } from '../lib/http.js'
-import { startReference } from '../lib/reference.js'
+import { type Reference, startReference } from '../lib/reference.js'
 import { fmtCpuPerReq, fmtRps, judge, MiB, target, type Context } from '../lib/report.js'
-import { ensureWrk, type WrkMeasured, wrkEach } from '../lib/wrk.js'
+import { distinctPathsScript, ensureWrk, type WrkMeasured, wrkEach } from '../lib/wrk.js'
 import { SMALL, wrkTimes } from './small-views.js'
 
 const SIGNING = 'attach-storage-bench-signing-secret'
@@ -29,32 +31,25 @@ export async function nginxSignedBench(ctx: Context): Promise<void> {
   const dir = await mkdtemp(join(ctx.work, 'signed-'))
   const file = await paddedJpeg(join(dir, 'photo.jpg'), SMALL)
   const config = join(dir, 'x-accel.json')
+  // Signed URLs live up to an hour, so that a page of distinct ones can be signed for a few records.
+  const signing = { ttl: '1h' }
   await writeFile(
     config,
-    JSON.stringify({ attach: { stores: { local: { type: 'local', serve: 'x-accel-redirect', 'serve-location': '/_attach/local/' } } } }),
+    JSON.stringify({
+      attach: { signing, stores: { local: { type: 'local', serve: 'x-accel-redirect', 'serve-location': '/_attach/local/' } } },
+    }),
   )
-  let ours: Awaited<ReturnType<typeof startReference>> | undefined
+  const plainConfig = join(dir, 'plain.json')
+  await writeFile(plainConfig, JSON.stringify({ attach: { signing } }))
+  let ours: Reference | undefined
+  let alone: Reference | undefined
   let nginx: FrontServer | undefined
   try {
     ours = await startReference(ctx.work, 100 * MiB, 'hono-app', 'attach-storage (signed views)', {
       ATTACH_CONFIG: config,
       ATTACH_SIGNING_SECRET: SIGNING,
     })
-    const up = await uploadMultipart(
-      `${ours.base}/api/storage/attach/tmp`,
-      { refDomain: 'demo', refCategory: 'private' },
-      [{ field: 'fileMap', path: file }],
-      { authorization: `Bearer ${ours.bearer}` },
-    )
-    if (up.status !== 200) throw new Error(`temporary upload: ${up.status} ${up.body?.toString().slice(0, 300)}`)
-    const item = JSON.parse(up.body!.toString()).files[0]
-    const saved = await jsonCall(
-      `${ours.base}/api/storage/attach/demo/signed1`,
-      'POST',
-      { private: [{ savedName: item.name, displayName: 'photo.jpg' }] },
-      ours.bearer,
-    )
-    const id = saved.attachList.at(-1).id as number
+    const id = await savePrivate(ours, file)
     const expires = Math.floor(Date.now() / 1000) + 3600
     const md5 = createHash('md5').update(`${expires}/_md5/photo.jpg ${MD5_SECRET}`).digest('base64url')
     nginx = await startSignedNginx({
@@ -116,9 +111,106 @@ export async function nginxSignedBench(ctx: Context): Promise<void> {
       status: '',
       note: `of nginx alone; ${lat(m)}`,
     })
+
+    // A page of distinct signed URLs: records × expiries, each URL asked once.
+    alone = await startReference(ctx.work, 100 * MiB, 'hono-app', 'attach-storage (signed views, no nginx)', {
+      ATTACH_CONFIG: plainConfig,
+      ATTACH_SIGNING_SECRET: SIGNING,
+    })
+    const records = ctx.quick ? 4 : 40
+    const idsThere: number[] = [id]
+    const idsAlone: number[] = []
+    for (let i = 0; i < records; i++) {
+      if (i > 0) idsThere.push(await savePrivate(ours, file))
+      idsAlone.push(await savePrivate(alone, file))
+    }
+    const now = Math.floor(Date.now() / 1000)
+    // Measured: expiries 120 s to 3500 s ahead (a URL per record and second); warm-up: 60 to 119 s ahead.
+    const pages = async (name: string, ids: number[]) => ({
+      script: await distinctPathsScript(join(dir, `${name}.lua`), signedPaths(ids, now + 120, now + 3500)),
+      warmScript: await distinctPathsScript(join(dir, `${name}-warm.lua`), signedPaths(ids, now + 60, now + 119)),
+    })
+    const distinct = [
+      {
+        label: 'attach-storage distinct signed view/{id} URLs through nginx (each decided once)',
+        url: nginx.url,
+        pid: ours.pid,
+        ...(await pages('there', idsThere)),
+      },
+      {
+        label: 'attach-storage distinct signed view/{id} URLs, Node only',
+        url: alone.base,
+        pid: alone.pid,
+        ...(await pages('alone', idsAlone)),
+      },
+    ]
+    const [d, a] = (await wrkEach(distinct, { ...wrkTimes(ctx), log: ctx.log })) as [WrkMeasured, WrkMeasured]
+    const urls = records * 3381
+    if (d.requests > urls || a.requests > urls) throw new Error(`more requests than distinct URLs: ${d.requests}, ${a.requests} of ${urls}`)
+    ctx.add({
+      scenario: 'views-50k-nginx-signed',
+      figure: '50 KB guarded views/s of distinct signed URLs',
+      subject: d.label,
+      value: fmtRps(d.rps),
+      rss: d.rssGrowth,
+      cpu: `${fmtCpuPerReq(d.cpu, d.requests)} (Node)`,
+      ratio: d.rps / a.rps,
+      target: target('>=', 1.0),
+      status: judge(d.rps / a.rps, '>=', 1.0),
+      note: `of the Node-only view; ${lat(d)}; ${urls} URLs, none asked twice`,
+    })
+    ctx.add({
+      scenario: 'views-50k-nginx-signed',
+      figure: '50 KB guarded views/s of distinct signed URLs',
+      subject: `${a.label} (info)`,
+      value: fmtRps(a.rps),
+      rss: a.rssGrowth,
+      cpu: fmtCpuPerReq(a.cpu, a.requests),
+      status: '',
+      note: lat(a),
+    })
   } finally {
     await nginx?.stop()
+    await alone?.stop()
     await ours?.stop()
     await rm(dir, { recursive: true, force: true })
   }
+}
+
+let saves = 0
+
+/** Uploads the file into the guarded category `demo/private` and saves it: the record's id. */
+async function savePrivate(ref: Reference, file: string): Promise<number> {
+  const up = await uploadMultipart(
+    `${ref.base}/api/storage/attach/tmp`,
+    { refDomain: 'demo', refCategory: 'private' },
+    [{ field: 'fileMap', path: file }],
+    { authorization: `Bearer ${ref.bearer}` },
+  )
+  if (up.status !== 200) throw new Error(`temporary upload: ${up.status} ${up.body?.toString().slice(0, 300)}`)
+  const item = JSON.parse(up.body!.toString()).files[0]
+  const saved = await jsonCall(
+    `${ref.base}/api/storage/attach/demo/signed${++saves}`,
+    'POST',
+    { private: [{ savedName: item.name, displayName: 'photo.jpg' }] },
+    ref.bearer,
+  )
+  return saved.attachList.at(-1).id as number
+}
+
+/**
+ * Signed view paths of each record for every expiry second from `from` to `to`, interleaved by record.
+ * The signature is the server's (`UrlSigner` of service/signing.ts, whose `query` rounds the expiry to
+ * the minute): an HMAC-SHA256 of `attach-view:v1:{id}:{expires}`; a wrong one would answer 403 and
+ * fail the run.
+ */
+function signedPaths(ids: number[], from: number, to: number): string[] {
+  const paths: string[] = []
+  for (let exp = from; exp <= to; exp++) {
+    for (const id of ids) {
+      const sig = createHmac('sha256', SIGNING).update(`attach-view:v1:${id}:${exp}`).digest('base64url')
+      paths.push(`/assets/storage/attach/view/${id}?exp=${exp}&sig=${sig}`)
+    }
+  }
+  return paths
 }
