@@ -87,8 +87,9 @@ export function createFastViews(storage: AttachStorage): FastViews {
     const started = ctx.observe.active ? performance.now() : 0
     let answer: FileAnswer
     try {
-      const params = new URLSearchParams(match.query)
-      const query = parseInput(ResizeQuerySchema, firstValues(params), 'query')
+      // The commonest view has no query: its parse is the same every time, made once.
+      const params = match.query === '' ? NO_PARAMS : new URLSearchParams(match.query)
+      const query = match.query === '' ? (noQuery ??= Object.freeze(parseInput(ResizeQuerySchema, {}, 'query'))) : parseInput(ResizeQuerySchema, firstValues(params), 'query')
       const resize = resizeOf(query, header(req, 'accept'))
       const shown = match.action === 'view' ? shownOf(query, header(req, 'accept')) : undefined
       let request: Request | undefined
@@ -121,6 +122,10 @@ export function createFastViews(storage: AttachStorage): FastViews {
     }
   }
 }
+
+/** The parameters of a view without a query (never changed: only read). */
+const NO_PARAMS = new URLSearchParams()
+let noQuery: ReturnType<typeof parseInput<typeof ResizeQuerySchema>> | undefined
 
 /** The pattern of views by id in the route table (`http/routes/serving.ts`), as they are reported. */
 const VIEW_ROUTE = 'attach/:action/:id'
