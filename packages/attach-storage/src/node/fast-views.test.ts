@@ -6,6 +6,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { type Kit, makeKit, png, saveFile, token } from '../testing/handler-kit.js'
 import { type NodeUpstream, serveOnNode } from '../testing/front-servers.js'
+import { UrlSigner } from '../service/signing.js'
 import { createFastViews, type FastViews } from './index.js'
 
 const ASSETS = '/assets/storage'
@@ -131,6 +132,83 @@ describe('the fast path of views by id', () => {
     const post = await fetch(`${fastUrl}${ASSETS}/attach/view/${ids.small}`, { method: 'POST' })
     expect(post.status).toBe(404)
     await post.arrayBuffer()
+    expect(served).toBe(before)
+  })
+})
+
+describe("the fast path of nginx's decision on a signed view", () => {
+  const SIGNING = 'a-signing-secret-of-32-characters!!'
+  let kit: Kit
+  let plain: NodeUpstream
+  let fast: NodeUpstream
+  let served = 0
+  const ids: Record<string, number> = {}
+
+  beforeAll(async () => {
+    kit = await makeKit('sqlite', {
+      config: {
+        signing: { secret: SIGNING },
+        stores: { local: { type: 'local', serve: 'x-accel-redirect', 'serve-location': '/_attach/local/' } },
+      },
+    })
+    ids.private = (await saveFile(kit, new Blob(['secret']), 'secret.txt', '1', 'private')).id
+    ids.public = (await saveFile(kit, new Blob(['open']), 'open.txt', '1')).id
+    const views = createFastViews(kit.storage)
+    const counted: FastViews = {
+      match: (req, target) => views.match(req, target),
+      serve: (m, req, res, toRequest) => {
+        served++
+        return views.serve(m, req, res, toRequest)
+      },
+    }
+    plain = await serveOnNode(kit.handler.fetch)
+    fast = await serveOnNode(kit.handler.fetch, { fast: counted })
+  })
+  afterAll(async () => {
+    await plain?.stop()
+    await fast?.stop()
+    await kit?.cleanup()
+  })
+
+  const both = async (path: string, init: RequestInit = {}) => {
+    const answers = []
+    for (const base of [plain.url, fast.url]) {
+      const res = await fetch(base + path, init)
+      const headers = [...res.headers].filter(([name]) => name !== 'date' && name !== 'keep-alive' && name !== 'connection')
+      answers.push({ status: res.status, headers, body: await res.text() })
+    }
+    return answers as [(typeof answers)[0], (typeof answers)[0]]
+  }
+
+  it('decides every case like the route, and takes the fast path for each GET', async () => {
+    const signer = new UrlSigner(SIGNING, 10 * 60_000, () => new Date())
+    const decide = (id: number, query = signer.query(id)) => `${ASSETS}/attach-decide/view/${id}?${query}`
+    const past = Math.floor(Date.now() / 1000) - 60
+    const cases: Array<[string, RequestInit?, number?]> = [
+      [decide(ids.private!), undefined, 200],
+      [decide(ids.private!), { headers: { 'x-attach-cache-bound': '5' } }, 200],
+      [decide(ids.private!), { headers: { 'x-attach-cache-bound': 'soon' } }, 400],
+      [decide(ids.private!, `${signer.query(ids.private!)}&w=10`), undefined, 403],
+      [decide(ids.private!, signer.query(ids.private!).replace(/sig=./, 'sig=A')), undefined, 403],
+      [decide(ids.private!, `exp=${past}&sig=${'A'.repeat(43)}`), undefined, 403],
+      [decide(ids.private!, signer.query(ids.private!).replace(/&sig=.*/, '')), undefined, 400],
+      [decide(ids.private!, `exp=1&sig=${'A'.repeat(65)}`), undefined, 400],
+      [decide(ids.public!), undefined, 403],
+      [decide(999999), undefined, 403],
+    ]
+    for (const [path, init, status] of cases) {
+      const before = served
+      const [a, b] = await both(path, init)
+      expect(b, `${path} ${JSON.stringify(init?.headers ?? {})}`).toEqual(a)
+      expect(a.status, path).toBe(status)
+      expect(served, path).toBe(before + 1)
+    }
+    const [ok] = await both(decide(ids.private!))
+    expect(Object.fromEntries(ok.headers)).toMatchObject({ 'x-accel-expires': '60', 'x-attach-content-type': 'text/plain' })
+    // HEAD of the decision route is the handlers' (a 404 there): the fast path leaves it.
+    const before = served
+    const [a, b] = await both(decide(ids.private!), { method: 'HEAD' })
+    expect(b).toEqual(a)
     expect(served).toBe(before)
   })
 })

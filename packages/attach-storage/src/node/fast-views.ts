@@ -10,6 +10,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http'
 import { pipeline } from 'node:stream/promises'
 import { answeredError, errorAnswer } from '../http/respond.js'
 import { firstValues } from '../http/router.js'
+import { CACHE_BOUND_HEADER, DecideQuerySchema, decideSignedView } from '../http/routes/auth-request.js'
 import { previewOf, resizeOf, shownOf } from '../http/routes/serving.js'
 import { ResizeQuerySchema } from '../http/routes/schemas.js'
 import { type FileAnswer, fileAnswer, notModified } from '../http/serve.js'
@@ -20,9 +21,12 @@ import { signatureIn } from '../service/signing.js'
 import type { AccessContext, Logger } from '../service/types.js'
 import { parseInput } from '../validation.js'
 
-/** A request the fast path takes: the action, the id and the query of a view by id. */
+/**
+ * A request the fast path takes: the action, the id and the query of a view by id, or (`decide`) of
+ * nginx's decision on a signed view (`GET {assets-prefix}/attach-decide/view/{id}`, docs/serving.md).
+ */
 export interface FastViewMatch {
-  readonly action: 'view' | 'download'
+  readonly action: 'view' | 'download' | 'decide'
   readonly id: number
   readonly query: string
 }
@@ -49,14 +53,16 @@ const escapeRegExp = (s: string) => s.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&')
 
 /** Creates the fast path of a service (see the module description). */
 export function createFastViews(storage: AttachStorage): FastViews {
-  const byId = new RegExp(`^${escapeRegExp(storage.config.assetsPrefix)}/attach/(view|download)/(\\d{1,15})$`)
+  const byId = new RegExp(`^${escapeRegExp(storage.config.assetsPrefix)}/attach(?:/(view|download)|-decide/view)/(\\d{1,15})$`)
   return {
     match(req, target = req.url ?? '/') {
       if ((req.method !== 'GET' && req.method !== 'HEAD') || !storage.config.enabled || !target.startsWith('/')) return undefined
       const q = target.indexOf('?')
       const m = byId.exec(q < 0 ? target : target.slice(0, q))
-      if (!m) return undefined
-      return { action: m[1] as 'view' | 'download', id: Number(m[2]), query: q < 0 ? '' : target.slice(q + 1) }
+      // The decision route is GET alone (a HEAD of it is the handlers' 404).
+      if (!m || (m[1] === undefined && req.method !== 'GET')) return undefined
+      const action = (m[1] as 'view' | 'download' | undefined) ?? 'decide'
+      return { action, id: Number(m[2]), query: q < 0 ? '' : target.slice(q + 1) }
     },
     async serve(match, req, res, toRequest, headers) {
       if (headers) for (const [name, value] of headers) res.setHeader(name, value)
@@ -69,10 +75,11 @@ export function createFastViews(storage: AttachStorage): FastViews {
       }
       if (ctx.tracer) {
         // Traced: the span is the route's own, as through the handlers.
-        return ctx.tracer.startActiveSpan(`${req.method} assets ${VIEW_ROUTE}`, async (span) => {
+        const route = routeOf(match)
+        return ctx.tracer.startActiveSpan(`${req.method} assets ${route}`, async (span) => {
           try {
             await serveView(match, req, res, toRequest, ctx)
-            span.setAttribute('http.route', VIEW_ROUTE)
+            span.setAttribute('http.route', route)
             span.setAttribute('http.response.status_code', res.statusCode)
           } finally {
             span.end()
@@ -87,39 +94,55 @@ export function createFastViews(storage: AttachStorage): FastViews {
     const started = ctx.observe.active ? performance.now() : 0
     let answer: FileAnswer
     try {
-      // The commonest view has no query: its parse is the same every time, made once.
-      const params = match.query === '' ? NO_PARAMS : new URLSearchParams(match.query)
-      const query = match.query === '' ? (noQuery ??= Object.freeze(parseInput(ResizeQuerySchema, {}, 'query'))) : parseInput(ResizeQuerySchema, firstValues(params), 'query')
-      const resize = resizeOf(query, header(req, 'accept'))
-      const shown = match.action === 'view' ? shownOf(query, header(req, 'accept')) : undefined
-      let request: Request | undefined
-      const access: AccessContext = {
-        user: null,
-        get request() {
-          request ??= toRequest()
-          return request
-        },
-        signature: signatureIn(params),
-      }
-      const asked = { method: req.method ?? 'GET', header: (name: string) => header(req, name) }
-      const lookOnly = req.method === 'HEAD'
-      const preview = previewOf(query)
-      const target = await resolveById(
-        ctx,
-        { id: match.id, resize, shown, preview, lookOnly, notModified: (t) => notModified(asked, t) },
-        access,
-      )
-      answer = await fileAnswer(asked, target, match.action)
+      if (match.action === 'decide') answer = await decision(match, req, ctx)
+      else answer = await view(match, req, toRequest, ctx)
     } catch (err) {
       answer = errorAnswer(answeredError(err, storage.logger))
     }
     await writeAnswer(res, answer, storage.logger)
     if (ctx.observe.active) {
       const seconds = (performance.now() - started) / 1000
-      ctx.observe.request({ group: 'assets', route: VIEW_ROUTE, method: req.method ?? 'GET', status: res.statusCode, seconds })
+      ctx.observe.request({ group: 'assets', route: routeOf(match), method: req.method ?? 'GET', status: res.statusCode, seconds })
       const length = Number(res.getHeader('content-length'))
       if (res.statusCode < 300 && length > 0 && req.method !== 'HEAD') ctx.observe.bytes('out', length)
     }
+  }
+
+  /** nginx's decision on a signed view, as its route answers it (http/routes/auth-request.ts). */
+  async function decision(match: FastViewMatch, req: IncomingMessage, ctx: ServiceContext): Promise<FileAnswer> {
+    const params = new URLSearchParams(match.query)
+    parseInput(DecideQuerySchema, firstValues(params), 'query')
+    return { status: 200, headers: await decideSignedView(ctx, match.id, params, header(req, CACHE_BOUND_HEADER)) }
+  }
+
+  /** A view or download by id, as the route table answers it (http/routes/serving.ts). */
+  async function view(match: FastViewMatch, req: IncomingMessage, toRequest: () => Request, ctx: ServiceContext): Promise<FileAnswer> {
+    // The commonest view has no query: its parse is the same every time, made once.
+    const params = match.query === '' ? NO_PARAMS : new URLSearchParams(match.query)
+    const query =
+      match.query === ''
+        ? (noQuery ??= Object.freeze(parseInput(ResizeQuerySchema, {}, 'query')))
+        : parseInput(ResizeQuerySchema, firstValues(params), 'query')
+    const resize = resizeOf(query, header(req, 'accept'))
+    const shown = match.action === 'view' ? shownOf(query, header(req, 'accept')) : undefined
+    let request: Request | undefined
+    const access: AccessContext = {
+      user: null,
+      get request() {
+        request ??= toRequest()
+        return request
+      },
+      signature: signatureIn(params),
+    }
+    const asked = { method: req.method ?? 'GET', header: (name: string) => header(req, name) }
+    const lookOnly = req.method === 'HEAD'
+    const preview = previewOf(query)
+    const target = await resolveById(
+      ctx,
+      { id: match.id, resize, shown, preview, lookOnly, notModified: (t) => notModified(asked, t) },
+      access,
+    )
+    return fileAnswer(asked, target, match.action as 'view' | 'download')
   }
 }
 
@@ -127,8 +150,10 @@ export function createFastViews(storage: AttachStorage): FastViews {
 const NO_PARAMS = new URLSearchParams()
 let noQuery: ReturnType<typeof parseInput<typeof ResizeQuerySchema>> | undefined
 
-/** The pattern of views by id in the route table (`http/routes/serving.ts`), as they are reported. */
+/** The patterns of the routes taken here (`http/routes/serving.ts`, `auth-request.ts`), as they are reported. */
 const VIEW_ROUTE = 'attach/:action/:id'
+const DECIDE_ROUTE = 'attach-decide/view/:id'
+const routeOf = (match: FastViewMatch) => (match.action === 'decide' ? DECIDE_ROUTE : VIEW_ROUTE)
 
 /** A request header's value (the first of a repeated one), or null. */
 function header(req: IncomingMessage, name: string): string | null {
