@@ -155,9 +155,10 @@ export async function nginxSignedBench(ctx: Context): Promise<void> {
       rss: d.rssGrowth,
       cpu: `${fmtCpuPerReq(d.cpu, d.requests)} (Node)`,
       ratio: d.rps / a.rps,
-      target: target('>=', 1.0),
-      status: judge(d.rps / a.rps, '>=', 1.0),
-      note: `of the Node-only view; ${lat(d)}; ${urls} URLs, none asked twice`,
+      // No target: every view here is a first one, which nginx pays with a subrequest and a cache entry
+      // on disk; the row says what a page of first views costs behind nginx against the server alone.
+      status: '',
+      note: `info: of the Node-only view; ${lat(d)}; ${urls} URLs, none asked twice`,
     })
     ctx.add({
       scenario: 'views-50k-nginx-signed',
