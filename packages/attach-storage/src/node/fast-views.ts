@@ -119,10 +119,7 @@ export function createFastViews(storage: AttachStorage): FastViews {
   async function view(match: FastViewMatch, req: IncomingMessage, toRequest: () => Request, ctx: ServiceContext): Promise<FileAnswer> {
     // The commonest view has no query: its parse is the same every time, made once.
     const params = match.query === '' ? NO_PARAMS : new URLSearchParams(match.query)
-    const query =
-      match.query === ''
-        ? (noQuery ??= Object.freeze(parseInput(ResizeQuerySchema, {}, 'query')))
-        : parseInput(ResizeQuerySchema, firstValues(params), 'query')
+    const query = match.query === '' ? noQuery() : parseInput(ResizeQuerySchema, firstValues(params), 'query')
     const resize = resizeOf(query, header(req, 'accept'))
     const shown = match.action === 'view' ? shownOf(query, header(req, 'accept')) : undefined
     let request: Request | undefined
@@ -148,7 +145,11 @@ export function createFastViews(storage: AttachStorage): FastViews {
 
 /** The parameters of a view without a query (never changed: only read). */
 const NO_PARAMS = new URLSearchParams()
-let noQuery: ReturnType<typeof parseInput<typeof ResizeQuerySchema>> | undefined
+let parsedNoQuery: ReturnType<typeof parseInput<typeof ResizeQuerySchema>> | undefined
+const noQuery = () => {
+  parsedNoQuery ??= Object.freeze(parseInput(ResizeQuerySchema, {}, 'query'))
+  return parsedNoQuery
+}
 
 /** The patterns of the routes taken here (`http/routes/serving.ts`, `auth-request.ts`), as they are reported. */
 const VIEW_ROUTE = 'attach/:action/:id'
