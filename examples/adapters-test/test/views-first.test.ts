@@ -16,6 +16,7 @@ import sharp from 'sharp'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { Reference } from '@attach-storage/example-reference'
 import { serveViewsFirst, type ViewsFirstOptions } from 'attach-storage/node'
+import { type ViewKindsInput, viewKinds } from '../../../packages/attach-storage/src/testing/view-kinds.js'
 import * as honoApp from '../../hono-app/src/app.js'
 import * as expressApp from '../../express-app/src/app.js'
 import * as fastifyApp from '../../fastify-app/src/app.js'
@@ -162,32 +163,15 @@ describe.each(Object.keys(APPS) as Array<keyof typeof APPS>)('views answered bef
     const lastModified = first.headers.get('last-modified')!
     await first.arrayBuffer()
     const own = { authorization: bearer.authorization! }
-    const kinds: Array<[string, RequestInit?]> = [
-      [`/attach/view/${ids.small}`],
-      [`/attach/download/${ids.small}`],
-      [`/attach/view/${ids.small}`, { method: 'HEAD' }],
-      [`/attach/view/${ids.small}`, { headers: { 'if-none-match': etag } }],
-      [`/attach/view/${ids.small}`, { headers: { 'if-modified-since': lastModified } }],
-      [`/attach/view/${ids.small}`, { headers: { range: 'bytes=2-6' } }],
-      [`/attach/view/${ids.small}`, { headers: { range: 'bytes=50-60' } }],
-      [`/attach/view/${ids.small}`, { headers: { range: 'bytes=2-6', 'if-range': '"other"' } }],
-      [`/attach/view/${ids.large}`],
-      [`/attach/view/${ids.large}`, { headers: { range: 'bytes=1000-400000' } }],
-      [`/attach/view/${ids.large}`, { method: 'HEAD', headers: { range: 'bytes=-10' } }],
-      [`/attach/view/${ids.html}`],
-      [`/attach/view/${ids.image}?w=20`],
-      [`/attach/view/${ids.image}?w=20&format=auto`, { headers: { accept: 'image/webp,*/*' } }],
-      [`/attach/view/${ids.image}?w=20`, { method: 'HEAD' }],
-      [`/attach/view/${ids.image}?w=0`],
-      [`/attach/view/${ids.image}?w=10&format=gif`],
-      [`/attach/view/${ids.private}`],
-      [`/attach/view/${ids.private}`, { headers: own }],
-      [`/attach/view/${ids.private}?access_token=${await sign('7')}`],
-      [`/attach/view/${ids.private}?access_token=${await sign('8')}`],
-      [signedUrl.replace(ASSETS, '')],
-      [`${signedUrl.replace(ASSETS, '')}x`],
-      ['/attach/view/999999'],
-    ]
+    const kinds = viewKinds({
+      ids: ids as ViewKindsInput['ids'],
+      etag,
+      lastModified,
+      owner: own,
+      ownerToken: await sign('7'),
+      otherToken: await sign('8'),
+      signedPath: signedUrl.replace(ASSETS, ''),
+    })
     // A browser script's reads, from the allowed origin and from another one.
     for (const origin of [ORIGIN, OTHER]) {
       kinds.push(

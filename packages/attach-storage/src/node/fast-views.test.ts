@@ -7,9 +7,28 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { type Kit, makeKit, png, saveFile, token } from '../testing/handler-kit.js'
 import { type NodeUpstream, serveOnNode } from '../testing/front-servers.js'
 import { UrlSigner } from '../service/signing.js'
+import { type ViewKindsInput, viewKinds } from '../testing/view-kinds.js'
 import { createFastViews, type FastViews } from './index.js'
 
 const ASSETS = '/assets/storage'
+
+/** One answer as compared: status, headers but Date and those of the connection, body (base64). */
+interface Answer {
+  status: number
+  headers: Array<[string, string]>
+  body: string
+}
+
+/** The answers of the same request at each of two servers (redirects not followed). */
+async function answersAt(bases: [string, string], path: string, init: RequestInit): Promise<[Answer, Answer]> {
+  const answers: Answer[] = []
+  for (const base of bases) {
+    const res = await fetch(base + path, { ...init, redirect: 'manual' })
+    const headers = [...res.headers].filter(([name]) => name !== 'date' && name !== 'keep-alive' && name !== 'connection')
+    answers.push({ status: res.status, headers, body: Buffer.from(await res.arrayBuffer()).toString('base64') })
+  }
+  return answers as [Answer, Answer]
+}
 
 describe('the fast path of views by id', () => {
   let kit: Kit
@@ -52,15 +71,7 @@ describe('the fast path of views by id', () => {
     await kit?.cleanup()
   })
 
-  const both = async (path: string, init: RequestInit = {}) => {
-    const answers = []
-    for (const base of [plainUrl, fastUrl]) {
-      const res = await fetch(base + path, { ...init, redirect: 'manual' })
-      const headers = [...res.headers].filter(([name]) => name !== 'date' && name !== 'keep-alive' && name !== 'connection')
-      answers.push({ status: res.status, headers, body: Buffer.from(await res.arrayBuffer()).toString('base64') })
-    }
-    return answers as [(typeof answers)[0], (typeof answers)[0]]
-  }
+  const both = (path: string, init: RequestInit = {}) => answersAt([plainUrl, fastUrl], path, init)
 
   it('answers every case like the handlers, and takes the fast path for each', async () => {
     const bearer = { authorization: `Bearer ${await token('7')}` }
@@ -75,32 +86,15 @@ describe('the fast path of views by id', () => {
     })
     const signedUrl = (await direct.json()) as string
     expect(signedUrl).toMatch(new RegExp(`^${ASSETS}/attach/view/${ids.private}\\?exp=`))
-    const cases: Array<[string, RequestInit?]> = [
-      [`/attach/view/${ids.small}`],
-      [`/attach/download/${ids.small}`],
-      [`/attach/view/${ids.small}`, { method: 'HEAD' }],
-      [`/attach/view/${ids.small}`, { headers: { 'if-none-match': etag } }],
-      [`/attach/view/${ids.small}`, { headers: { 'if-modified-since': lastModified } }],
-      [`/attach/view/${ids.small}`, { headers: { range: 'bytes=2-6' } }],
-      [`/attach/view/${ids.small}`, { headers: { range: 'bytes=50-60' } }],
-      [`/attach/view/${ids.small}`, { headers: { range: 'bytes=2-6', 'if-range': '"other"' } }],
-      [`/attach/view/${ids.large}`],
-      [`/attach/view/${ids.large}`, { headers: { range: 'bytes=1000-400000' } }],
-      [`/attach/view/${ids.large}`, { method: 'HEAD', headers: { range: 'bytes=-10' } }],
-      [`/attach/view/${ids.html}`],
-      [`/attach/view/${ids.image}?w=20`],
-      [`/attach/view/${ids.image}?w=20&format=auto`, { headers: { accept: 'image/webp,*/*' } }],
-      [`/attach/view/${ids.image}?w=20`, { method: 'HEAD' }],
-      [`/attach/view/${ids.image}?w=0`],
-      [`/attach/view/${ids.image}?w=10&format=gif`],
-      [`/attach/view/${ids.private}`],
-      [`/attach/view/${ids.private}`, { headers: bearer }],
-      [`/attach/view/${ids.private}?access_token=${await token('7')}`],
-      [`/attach/view/${ids.private}?access_token=${await token('8')}`],
-      [signedUrl.replace(ASSETS, '')],
-      [`${signedUrl.replace(ASSETS, '')}x`],
-      ['/attach/view/999999'],
-    ]
+    const cases = viewKinds({
+      ids: ids as ViewKindsInput['ids'],
+      etag,
+      lastModified,
+      owner: bearer,
+      ownerToken: await token('7'),
+      otherToken: await token('8'),
+      signedPath: signedUrl.replace(ASSETS, ''),
+    })
     for (const [path, init] of cases) {
       const before = served
       const [a, b] = await both(ASSETS + path, init)
@@ -170,15 +164,7 @@ describe("the fast path of nginx's decision on a signed view", () => {
     await kit?.cleanup()
   })
 
-  const both = async (path: string, init: RequestInit = {}) => {
-    const answers = []
-    for (const base of [plain.url, fast.url]) {
-      const res = await fetch(base + path, init)
-      const headers = [...res.headers].filter(([name]) => name !== 'date' && name !== 'keep-alive' && name !== 'connection')
-      answers.push({ status: res.status, headers, body: await res.text() })
-    }
-    return answers as [(typeof answers)[0], (typeof answers)[0]]
-  }
+  const both = (path: string, init: RequestInit = {}) => answersAt([plain.url, fast.url], path, init)
 
   it('decides every case like the route, and takes the fast path for each GET', async () => {
     const signer = new UrlSigner(SIGNING, 10 * 60_000, () => new Date())
