@@ -20,6 +20,7 @@ import { resolveById } from '../service/serving.js'
 import { signatureIn } from '../service/signing.js'
 import type { AccessContext, Logger } from '../service/types.js'
 import { parseInput } from '../validation.js'
+import { releaseRequestBody } from './early-answer.js'
 
 /**
  * A request the fast path takes: the action, the id and the query of a view by id, or (`decide`) of
@@ -47,6 +48,27 @@ export interface FastViews {
     toRequest: () => Request,
     headers?: ReadonlyArray<readonly [string, string]>,
   ): Promise<void>
+}
+
+/**
+ * Answers a request `views` matched, as each Node entry point does (the bridge, `serveViewsFirst`): a
+ * request body nobody reads is released within bounds, then the fast path answers; a failure once the
+ * status line went out cuts the connection. Never rejects.
+ */
+export async function answerMatched(
+  views: FastViews,
+  match: FastViewMatch,
+  req: IncomingMessage,
+  res: ServerResponse,
+  toRequest: () => Request,
+  headers?: ReadonlyArray<readonly [string, string]>,
+): Promise<void> {
+  releaseRequestBody(req, res)
+  try {
+    await views.serve(match, req, res, toRequest, headers)
+  } catch {
+    if (!res.destroyed) res.destroy()
+  }
 }
 
 const escapeRegExp = (s: string) => s.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&')

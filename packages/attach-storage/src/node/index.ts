@@ -16,7 +16,7 @@ import { pipeline } from 'node:stream/promises'
 import { AttachStorageError, badRequest, notFound, type AttachErrorCode } from '../errors.js'
 import { carryNodeRequestBody, nodeBodyOf } from '../http/node-body.js'
 import { type BodyState, releaseRequestBody, trackBody } from './early-answer.js'
-import type { FastViews } from './fast-views.js'
+import { answerMatched, type FastViews } from './fast-views.js'
 
 /** Options shared by every entry point of the bridge. */
 export interface NodeBridgeOptions {
@@ -400,12 +400,7 @@ export async function handleNodeRequest(
   }
   const fast = options.fast?.match(req, options.url)
   if (fast) {
-    releaseRequestBody(req, res)
-    try {
-      await options.fast!.serve(fast, req, res, () => toWebRequest(req, res, options))
-    } catch {
-      if (!res.destroyed) res.destroy()
-    }
+    await answerMatched(options.fast!, fast, req, res, () => toWebRequest(req, res, options))
     return
   }
   let request: Request

@@ -11,8 +11,7 @@
 import type { IncomingMessage, Server, ServerResponse } from 'node:http'
 import type { Server as HttpsServer } from 'node:https'
 import type { AttachStorage } from '../service/attach-storage.js'
-import { releaseRequestBody } from './early-answer.js'
-import { createFastViews } from './fast-views.js'
+import { answerMatched, createFastViews } from './fast-views.js'
 import { type NodeBridgeOptions, toWebRequest } from './index.js'
 
 /**
@@ -62,7 +61,7 @@ export function serveViewsFirst(server: ListeningServer, storage: AttachStorage,
     throw new TypeError('serveViewsFirst: the server has no request listener yet; call it after the framework made its server')
   }
   const views = createFastViews(storage)
-  const { cors = undefined, ...bridge } = options
+  const { cors, ...bridge } = options
   const corsOf = cors ? corsWriter(cors) : undefined
   const handOn = (req: IncomingMessage, res: ServerResponse) => {
     for (const listener of framework) listener.call(server, req, res)
@@ -71,12 +70,7 @@ export function serveViewsFirst(server: ListeningServer, storage: AttachStorage,
     const origin = req.headers.origin
     const match = cors === undefined && origin !== undefined ? undefined : views.match(req)
     if (!match) return handOn(req, res)
-    releaseRequestBody(req, res)
-    views
-      .serve(match, req, res, () => toWebRequest(req, res, bridge), corsOf?.(origin))
-      .catch(() => {
-        if (!res.destroyed) res.destroy()
-      })
+    void answerMatched(views, match, req, res, () => toWebRequest(req, res, bridge), corsOf?.(origin))
   }
   server.removeAllListeners('request')
   server.on('request', front)
