@@ -5,7 +5,7 @@
  * with the views answered first, and status, headers (but Date) and body must be the same, the CORS
  * headers of the app's own middleware included; and the framework must not see the second round.
  */
-import { mkdtemp, rm } from 'node:fs/promises'
+import { mkdtemp, readdir, rm } from 'node:fs/promises'
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { tmpdir } from 'node:os'
@@ -261,6 +261,20 @@ describe.each(Object.keys(APPS) as Array<keyof typeof APPS>)('views answered bef
       expect(frameworkSaw).toBe(saw)
     } finally {
       undo()
+    }
+  })
+})
+
+describe('ATTACH_VIEWS_FIRST', () => {
+  it('refuses any value but on or off at start, before anything opens', async () => {
+    const dataDir = await mkdtemp(join(tmpdir(), 'attach-views-first-env-'))
+    try {
+      await expect(
+        honoApp.createReferenceApp({ ATTACH_DATA_DIR: dataDir, ATTACH_JWT_SECRET: SECRET, ATTACH_VIEWS_FIRST: 'of' }, quiet),
+      ).rejects.toThrow('ATTACH_VIEWS_FIRST must be on or off, not "of"')
+      expect(await readdir(dataDir)).toEqual([])
+    } finally {
+      await rm(dataDir, { recursive: true, force: true })
     }
   })
 })

@@ -218,6 +218,10 @@ const boardRow = (r: Record<string, unknown>) => ({
 
 /** Builds the reference server of the contract from its environment. */
 export async function createReference(env: ServerEnv = process.env, logger: Logger = console): Promise<Reference> {
+  // Checked before anything opens, so a typo costs no clean-up.
+  const viewsFirst = env.ATTACH_VIEWS_FIRST ?? 'on'
+  if (viewsFirst !== 'on' && viewsFirst !== 'off')
+    throw new Error(`ATTACH_VIEWS_FIRST must be on or off, not ${JSON.stringify(viewsFirst)}`)
   const dataDir = resolve(env.ATTACH_DATA_DIR ?? './.data')
   const secret = env.ATTACH_JWT_SECRET ?? DEV_SECRET
   if (!env.ATTACH_JWT_SECRET) logger.warn('ATTACH_JWT_SECRET is not set: using the development secret; never do this in production')
@@ -311,12 +315,6 @@ export async function createReference(env: ServerEnv = process.env, logger: Logg
     throw err
   }
 
-  const viewsFirst = env.ATTACH_VIEWS_FIRST ?? 'on'
-  if (viewsFirst !== 'on' && viewsFirst !== 'off') {
-    await storage.close()
-    await db.destroy()
-    throw new Error(`ATTACH_VIEWS_FIRST must be on or off, not ${JSON.stringify(viewsFirst)}`)
-  }
   const cors: CorsSettings | undefined = env.ATTACH_CORS_ORIGINS
     ? (() => {
         const origins = env.ATTACH_CORS_ORIGINS.split(',')
