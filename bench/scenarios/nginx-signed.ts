@@ -6,7 +6,7 @@
  * Then a page of distinct signed URLs (every view the first of its URL, each decided by the server)
  * through nginx against the same distinct views answered by the server alone.
  */
-import { createHash, createHmac } from 'node:crypto'
+import { createHash } from 'node:crypto'
 import { existsSync } from 'node:fs'
 import { mkdtemp, rm, writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
@@ -18,7 +18,7 @@ import { jsonCall, request, uploadMultipart } from '../lib/http.js'
 import { type Reference, startReference } from '../lib/reference.js'
 import { fmtCpuPerReq, fmtRps, judge, MiB, target, type Context } from '../lib/report.js'
 import { distinctPathsScript, ensureWrk, type WrkMeasured, wrkEach } from '../lib/wrk.js'
-import { SMALL, wrkTimes } from './small-views.js'
+import { lat, SMALL, wrkTimes } from './small-views.js'
 
 const SIGNING = 'attach-storage-bench-signing-secret'
 const MD5_SECRET = 'attach-storage-bench-md5-secret'
@@ -88,7 +88,6 @@ export async function nginxSignedBench(ctx: Context): Promise<void> {
       if (r.status !== 200 || r.bytes !== SMALL) throw new Error(`${t.label}: ${r.status}, ${r.bytes} bytes`)
     }
     const [s, n, m] = (await wrkEach(targets, { ...wrkTimes(ctx), log: ctx.log })) as [WrkMeasured, WrkMeasured, WrkMeasured]
-    const lat = (x: WrkMeasured) => `p50 ${x.latencyP50ms.toFixed(1)} ms, p99 ${x.latencyP99ms.toFixed(1)} ms`
     ctx.add({
       scenario: 'views-50k-nginx-signed',
       figure,
@@ -126,9 +125,11 @@ export async function nginxSignedBench(ctx: Context): Promise<void> {
     }
     const now = Math.floor(Date.now() / 1000)
     // Measured: expiries 120 s to 3500 s ahead (a URL per record and second); warm-up: 60 to 119 s ahead.
+    const [from, to] = [120, 3500]
+    const urls = records * (to - from + 1)
     const pages = async (name: string, ids: number[]) => ({
-      script: await distinctPathsScript(join(dir, `${name}.lua`), signedPaths(ids, now + 120, now + 3500)),
-      warmScript: await distinctPathsScript(join(dir, `${name}-warm.lua`), signedPaths(ids, now + 60, now + 119)),
+      script: await distinctPathsScript(join(dir, `${name}.lua`), signedPaths(signer, ids, now + from, now + to)),
+      warmScript: await distinctPathsScript(join(dir, `${name}-warm.lua`), signedPaths(signer, ids, now + 60, now + from - 1)),
     })
     const distinct = [
       {
@@ -145,7 +146,6 @@ export async function nginxSignedBench(ctx: Context): Promise<void> {
       },
     ]
     const [d, a] = (await wrkEach(distinct, { ...wrkTimes(ctx), log: ctx.log })) as [WrkMeasured, WrkMeasured]
-    const urls = records * 3381
     if (d.requests > urls || a.requests > urls) throw new Error(`more requests than distinct URLs: ${d.requests}, ${a.requests} of ${urls}`)
     ctx.add({
       scenario: 'views-50k-nginx-signed',
@@ -199,19 +199,11 @@ async function savePrivate(ref: Reference, file: string): Promise<number> {
   return saved.attachList.at(-1).id as number
 }
 
-/**
- * Signed view paths of each record for every expiry second from `from` to `to`, interleaved by record.
- * The signature is the server's (`UrlSigner` of service/signing.ts, whose `query` rounds the expiry to
- * the minute): an HMAC-SHA256 of `attach-view:v1:{id}:{expires}`; a wrong one would answer 403 and
- * fail the run.
- */
-function signedPaths(ids: number[], from: number, to: number): string[] {
+/** Signed view paths of each record for every expiry second from `from` to `to`, interleaved by record. */
+function signedPaths(signer: UrlSigner, ids: number[], from: number, to: number): string[] {
   const paths: string[] = []
   for (let exp = from; exp <= to; exp++) {
-    for (const id of ids) {
-      const sig = createHmac('sha256', SIGNING).update(`attach-view:v1:${id}:${exp}`).digest('base64url')
-      paths.push(`/assets/storage/attach/view/${id}?exp=${exp}&sig=${sig}`)
-    }
+    for (const id of ids) paths.push(`/assets/storage/attach/view/${id}?${signer.queryUntil(id, exp)}`)
   }
   return paths
 }

@@ -29,7 +29,8 @@ const ADAPTERS = [
   ['fastify-app', 'Fastify'],
 ] as const
 
-const lat = (x: WrkMeasured) => `p50 ${x.latencyP50ms.toFixed(1)} ms, p99 ${x.latencyP99ms.toFixed(1)} ms`
+/** A run's latency, as the rows note it. */
+export const lat = (x: WrkMeasured) => `p50 ${x.latencyP50ms.toFixed(1)} ms, p99 ${x.latencyP99ms.toFixed(1)} ms`
 const cpu = (x: WrkMeasured) => fmtCpuPerReq(x.cpu, x.requests)
 
 export async function smallViewsBench(ctx: Context): Promise<void> {

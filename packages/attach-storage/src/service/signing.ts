@@ -45,7 +45,11 @@ export class UrlSigner {
    */
   query(id: number): string {
     const now = Math.floor(this.#now().getTime() / 1000)
-    const expires = Math.ceil((now + this.#ttlSeconds) / 60) * 60
+    return this.queryUntil(id, Math.ceil((now + this.#ttlSeconds) / 60) * 60)
+  }
+
+  /** The query string that grants a view of record `id` until `expires` (Unix seconds), as given. */
+  queryUntil(id: number, expires: number): string {
     return `${SIGNATURE_PARAMS.expires}=${expires}&${SIGNATURE_PARAMS.signature}=${this.#mac(id, expires).toString('base64url')}`
   }
 
