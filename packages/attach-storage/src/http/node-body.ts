@@ -12,12 +12,12 @@ export function streamResponse(stream: Readable, init: ResponseInit): Response {
   // A failure reaches whoever reads (the Web reader through `errored`, a Node pipeline through its own
   // listener); this one only keeps an error with no reader yet from crashing the process.
   stream.on('error', () => {})
-  let started = false
+  const source = { stream, started: false }
   const body = new ReadableStream<Uint8Array>(
     {
       start() {},
       async pull(controller) {
-        started = true
+        source.started = true
         const chunk = await nextChunk(stream)
         if (chunk === null) controller.close()
         else controller.enqueue(chunk)
@@ -28,12 +28,24 @@ export function streamResponse(stream: Readable, init: ResponseInit): Response {
     },
     { highWaterMark: 0 },
   )
-  const response = new Response(body, init)
-  Object.defineProperty(response, NODE_BODY, {
-    // Once a Web reader has started, the Node stream is no longer free to be piped.
-    get: () => (started ? undefined : stream),
-  })
-  return response
+  return new StreamedResponse(body, init, source)
+}
+
+/**
+ * A Response carrying its Node stream under {@link NODE_BODY}. The getter is the class's (one hidden
+ * class for all): a getter defined on each response would give each its own hidden class, made in the
+ * old generation, holding the response's objects through young-generation collections.
+ */
+class StreamedResponse extends Response {
+  readonly #source: { readonly stream: Readable; started: boolean }
+  constructor(body: ReadableStream<Uint8Array>, init: ResponseInit, source: { readonly stream: Readable; started: boolean }) {
+    super(body, init)
+    this.#source = source
+  }
+  /** Once a Web reader has started, the Node stream is no longer free to be piped. */
+  get [NODE_BODY](): Readable | undefined {
+    return this.#source.started ? undefined : this.#source.stream
+  }
 }
 
 /** The Node stream of a handler's answer, when it has one and nobody has read its Web body yet. */
