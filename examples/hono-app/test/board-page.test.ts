@@ -7,26 +7,24 @@
  * named variants; a click in the edit view sets the record's focus (PUT) and the cover crops follow it; a
  * HEIC photo shows as a picture (a view that answers JPEG).
  */
-import { mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs'
-import { tmpdir } from 'node:os'
+import { mkdirSync, readFileSync, rmSync } from 'node:fs'
 import { join } from 'node:path'
-import type { BrowserContext, Page } from 'playwright-core'
+import type { Browser, BrowserContext, Page } from 'playwright-core'
 import sharp from 'sharp'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { DEV_SECRET } from '@attach-storage/example-reference'
-import { launchChromium, sign, start, type Running } from './helpers.js'
+import { launchChromiumBrowser, sign, start, type Running } from './helpers.js'
 
 const ARTIFACTS = join(import.meta.dirname, '..', 'test-artifacts', 'board-page')
 
 let srv: Running
 let shot = 0
-const profiles: string[] = []
+/** One Chromium for the file, launched beside the server's start. */
+let browser: Browser
 
-/** Chromium on a fresh profile folder (removed after the tests). */
-async function openBrowser(): Promise<BrowserContext> {
-  const profile = mkdtempSync(join(tmpdir(), 'attach-chromium-'))
-  profiles.push(profile)
-  return launchChromium(profile, { viewport: { width: 1000, height: 900 }, acceptDownloads: true })
+/** A new context of the file's Chromium: its own cookies and storage, as on a fresh profile. */
+function openBrowser(): Promise<BrowserContext> {
+  return browser.newContext({ viewport: { width: 1000, height: 900 }, acceptDownloads: true })
 }
 
 const png = (r: number, g: number, b: number, width = 320, height = 200) =>
@@ -57,12 +55,17 @@ function watch(page: Page): string[] {
 beforeAll(async () => {
   rmSync(ARTIFACTS, { recursive: true, force: true })
   mkdirSync(ARTIFACTS, { recursive: true })
-  srv = await start({ ATTACH_JWT_SECRET: DEV_SECRET })
+  const launching = launchChromiumBrowser()
+  try {
+    srv = await start({ ATTACH_JWT_SECRET: DEV_SECRET })
+  } finally {
+    browser = await launching
+  }
 }, 60_000)
 
 afterAll(async () => {
+  await browser?.close()
   await srv?.close()
-  for (const p of profiles) rmSync(p, { recursive: true, force: true })
 })
 
 describe('the board page', () => {

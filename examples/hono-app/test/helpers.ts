@@ -81,6 +81,15 @@ export function launchChromium(profile: string, options: { viewport?: { width: n
 }
 
 /**
+ * Debian's Chromium, headless, without a profile folder: one browser whose contexts
+ * (`browser.newContext()`) each start with empty storage, as a fresh profile does, for a file whose
+ * tests each want a new browser (a launch costs seconds; a context, milliseconds).
+ */
+export function launchChromiumBrowser() {
+  return chromium.launch({ executablePath: CHROMIUM_PATH, headless: true, args: [...CHROMIUM_ARGS] })
+}
+
+/**
  * The reference server (src/server.ts) bundled into one file with esbuild, workspace packages inlined
  * from source and other packages left to node_modules: a child process restarts it in milliseconds.
  */
