@@ -79,15 +79,30 @@ async function expectContinue(port: number, path: string, token: string, body: s
   return { statuses: [...text.matchAll(/HTTP\/1\.1 (\d{3})/g)].map((m) => Number(m[1])), sent, closed }
 }
 
-describe.each(['hono', 'express', 'fastify'])('the %s reference server (its own process)', (name) => {
-  let server: { port: number; stop(): Promise<void> }
-  let token: string
-  beforeAll(async () => {
-    server = await startServer(name)
-    token = await sign('1')
-  }, 90_000)
-  afterAll(async () => {
-    await server?.stop()
+const NAMES = ['hono', 'express', 'fastify'] as const
+type Server = Awaited<ReturnType<typeof startServer>>
+
+/**
+ * The three servers, started side by side before any test (a start under tsx takes seconds; side by side
+ * the starts use both cores), and none while another one's tests run, which would load the machine.
+ */
+const servers = new Map<string, Server>()
+let token: string
+beforeAll(async () => {
+  const started = await Promise.allSettled(NAMES.map((name) => startServer(name)))
+  for (const [i, s] of started.entries()) if (s.status === 'fulfilled') servers.set(NAMES[i]!, s.value)
+  const failed = started.find((s): s is PromiseRejectedResult => s.status === 'rejected')
+  if (failed) throw failed.reason
+  token = await sign('1')
+}, 120_000)
+afterAll(async () => {
+  await Promise.all([...servers.values()].map((s) => s.stop()))
+})
+
+describe.each(NAMES)('the %s reference server (its own process)', (name) => {
+  let server: Server
+  beforeAll(() => {
+    server = servers.get(name)!
   })
 
   it("answers 40 POST /board of 5 MiB (over its 2 MiB JSON limit) from Node's http client with 413, none with EPIPE", async () => {
