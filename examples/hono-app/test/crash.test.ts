@@ -5,8 +5,9 @@
  * must complete (200) without making a second record, and after the sweep no orphan may be left.
  *
  * The server is the Hono reference server (src/server.ts), bundled once with esbuild so that a restart
- * costs a plain `node` start; the next server is started while the current one works, and takes over
- * (on the same data directory) only once the current one is dead.
+ * costs a plain `node` start; the next servers are started while the current one works (two ahead: a
+ * start takes about 800 ms, four times a trial's own work), and each takes over (on the same data
+ * directory) only once the one before it is dead.
  */
 import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process'
 import { createHash, randomBytes } from 'node:crypto'
@@ -22,6 +23,8 @@ const here = dirname(fileURLToPath(import.meta.url))
 const SECRET = 'crash-test-secret-0123456789'
 const STEPS = ['reserved', 'moved', 'recorded', 'done'] as const
 const TRIALS = 32
+/** Servers started ahead of the one serving: a start has the time of this many trials to finish. */
+const AHEAD = 2
 
 const sha256 = (b: Uint8Array) => createHash('sha256').update(b).digest('hex')
 
@@ -84,6 +87,31 @@ async function kill(child: Child): Promise<void> {
   await child.exited
 }
 
+/**
+ * The servers on `dataDir`: `first()` starts one alone (it makes the tables); then the servers that take
+ * over in turn, started {@link AHEAD} ahead: `next()` answers the oldest started (up or still starting)
+ * and starts another; `idle()` resolves once every server started is up, so that no start slows down
+ * what is measured or timed next.
+ */
+function successors(dataDir: string) {
+  const launch = () => {
+    const c = startChild(dataDir)
+    c.catch(() => undefined)
+    return c
+  }
+  const ahead: Promise<Child>[] = []
+  return {
+    first: launch,
+    next(): Promise<Child> {
+      while (ahead.length < AHEAD) ahead.push(launch())
+      return ahead.shift()!
+    },
+    async idle(): Promise<void> {
+      await Promise.all(ahead)
+    },
+  }
+}
+
 describe('confirmed saves survive kill -9', () => {
   const dirs: string[] = []
   beforeAll(async () => {
@@ -103,20 +131,16 @@ describe('confirmed saves survive kill -9', () => {
     const expected = new Map<string, Uint8Array[]>()
     const outcome = { acknowledged: 0, lost: 0, retried: 0, byStep: {} as Record<string, number> }
 
-    const launch = () => {
-      const c = startChild(dataDir)
-      c.catch(() => undefined)
-      return c
-    }
+    const servers = successors(dataDir)
     let stepTurn = 0
     let randomKills = 0
     /** How long an uninterrupted save took last (a random kill falls within about that time). */
     let saveMs = 20
-    let child = await launch()
+    let child = await servers.first()
     try {
       for (let trial = 0; trial < TRIALS; trial++) {
-        // The next server starts meanwhile; it serves only once this one is dead.
-        const successor = launch()
+        // The next server starts (or started) meanwhile; it serves only once this one is dead.
+        const successor = servers.next()
         // 1 to 3 files, uploaded to the temporary area.
         const files = Array.from({ length: 1 + (trial % 3) }, () => randomBytes(1024 + Math.floor(Math.random() * 64 * 1024)))
         const entries = []
@@ -149,8 +173,9 @@ describe('confirmed saves survive kill -9', () => {
           await kill(child)
           expect(await pending).toBeUndefined()
         } else {
-          // The next server is up first, so that its start does not slow this save down.
+          // The next servers are up first, so that their starts do not slow this save down.
           await successor
+          await servers.idle()
           // Every other random kill has a large upload in flight too, so that it may leave a partial file.
           const withUpload = randomKills++ % 2 === 0
           const big = new FormData()
@@ -171,6 +196,8 @@ describe('confirmed saves survive kill -9', () => {
         expected.set(refKey, files)
 
         child = await successor
+        // The retry before a random kill times a save: no server starts meanwhile, as for that save.
+        if ((trial + 1) % 4 === 3) await servers.idle()
         // The client's retry of the same request completes, acknowledged or not, with no second record.
         const started = performance.now()
         const retry = await save()
@@ -182,7 +209,7 @@ describe('confirmed saves survive kill -9', () => {
       }
 
       // Every save serves its bytes after one more kill.
-      const last = launch()
+      const last = servers.next()
       await kill(child)
       child = await last
       for (const [refKey, files] of expected) {
@@ -238,18 +265,14 @@ describe('confirmed saves survive kill -9', () => {
     dirs.push(dataDir)
     const auth = { authorization: `Bearer ${await sign('1', SECRET)}`, 'tus-resumable': '1.0.0' }
     const octets = { ...auth, 'content-type': 'application/offset+octet-stream' }
-    const launch = () => {
-      const c = startChild(dataDir)
-      c.catch(() => undefined)
-      return c
-    }
-    let child = await launch()
+    const servers = successors(dataDir)
+    let child = await servers.first()
     const seen: Record<string, number[]> = {}
     try {
       for (const [trial, mode] of (
         ['mid-patch', 'tus-assembled', 'tus-kept', 'mid-patch', 'tus-assembled', 'tus-kept'] as const
       ).entries()) {
-        const successor = launch()
+        const successor = servers.next()
         const bytes = randomBytes(4 * 1024 * 1024)
         const meta = `filename ${Buffer.from(`t${trial}.bin`).toString('base64')},refDomain ${Buffer.from('demo').toString('base64')}`
         const created = await fetch(`${child.base}/api/storage/attach/tus`, {
