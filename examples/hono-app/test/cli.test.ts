@@ -145,7 +145,9 @@ describe('attach-storage verify on s3rver', () => {
   })
 })
 
-describe.each(['s3', 'azure'] as const)('attach-storage copy-store local → %s', (remote) => {
+// The two copies run side by side: each is a command process and an emulator (s3rver in this process,
+// Azurite in its own) taking turns, which leaves a core idle most of the time when run one after the other.
+describe.concurrent.each(['s3', 'azure'] as const)('attach-storage copy-store local → %s', (remote) => {
   it('copies 500 files, survives a SIGKILL half way without copying a verified file twice, then switches the records', async () => {
     const { dir, config } = workspace(remote, 'local')
     const { db, repo } = await openDataDir(dir)
