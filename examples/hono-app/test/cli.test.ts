@@ -204,7 +204,7 @@ describe.concurrent.each(['s3', 'azure'] as const)('attach-storage copy-store lo
     } finally {
       rmSync(dir, { recursive: true, force: true })
     }
-  })
+  }, 120_000) // side by side on a loaded machine, each has taken up to 30 s
 })
 
 describe('npx attach-storage', () => {
