@@ -11,8 +11,8 @@
  * them, sentinel directories included, is unchanged) and no `.partial` file is left.
  */
 import { createHash } from 'node:crypto'
-import type { Dirent } from 'node:fs'
-import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises'
+import { type Dirent, readdirSync, readFileSync } from 'node:fs'
+import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join, relative } from 'node:path'
 import fc from 'fast-check'
@@ -66,31 +66,23 @@ const errors: string[] = []
 
 /** Every file under a directory (relative paths, sorted), with a hash of its content. */
 async function tree(dir: string, hash = true): Promise<Map<string, string>> {
+  // Read synchronously: a snapshot in one go, and 2,800 walks of the growing temporary and stored trees
+  // took 3.9 s through the promise API (1.5 s so), most of it the cost of each call, not the disk.
   const out = new Map<string, string>()
-  const walk = async (p: string) => {
+  const walk = (p: string) => {
     let entries: Dirent[]
     try {
-      entries = await readdir(p, { withFileTypes: true })
+      entries = readdirSync(p, { withFileTypes: true })
     } catch {
       return
     }
     for (const e of entries) {
       const full = join(p, e.name)
-      if (e.isDirectory()) await walk(full)
-      else
-        out.set(
-          relative(dir, full),
-          !hash
-            ? ''
-            : e.isFile()
-              ? createHash('sha1')
-                  .update(await readFile(full))
-                  .digest('hex')
-              : 'special',
-        )
+      if (e.isDirectory()) walk(full)
+      else out.set(relative(dir, full), !hash ? '' : e.isFile() ? createHash('sha1').update(readFileSync(full)).digest('hex') : 'special')
     }
   }
-  await walk(dir)
+  walk(dir)
   return out
 }
 const tmpFiles = async () => [...(await tree(tmpDir, false)).keys()].sort()
