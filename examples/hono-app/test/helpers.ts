@@ -6,7 +6,6 @@ import { tmpdir } from 'node:os'
 import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { serve, type ServerType } from '@hono/node-server'
-import { chromium } from 'playwright-core'
 import { build } from 'esbuild'
 import { CHROMIUM_ARGS, CHROMIUM_PATH } from '../../../scripts/chromium.mjs'
 import { SignJWT } from 'jose'
@@ -70,8 +69,18 @@ export async function pgDatabase(): Promise<{ url: string; drop(): Promise<void>
   return { url: t.location, drop: () => t.cleanup() }
 }
 
+/**
+ * playwright-core, imported on the first launch: importing it takes about a second, which the files of
+ * this folder that start no browser do not pay.
+ */
+const playwright = () => import('playwright-core')
+
 /** Debian's Chromium, headless, for the browser tests (playwright-core drives it; nothing is downloaded). */
-export function launchChromium(profile: string, options: { viewport?: { width: number; height: number }; acceptDownloads?: boolean } = {}) {
+export async function launchChromium(
+  profile: string,
+  options: { viewport?: { width: number; height: number }; acceptDownloads?: boolean } = {},
+) {
+  const { chromium } = await playwright()
   return chromium.launchPersistentContext(profile, {
     executablePath: CHROMIUM_PATH,
     headless: true,
@@ -85,7 +94,8 @@ export function launchChromium(profile: string, options: { viewport?: { width: n
  * (`browser.newContext()`) each start with empty storage, as a fresh profile does, for a file whose
  * tests each want a new browser (a launch costs seconds; a context, milliseconds).
  */
-export function launchChromiumBrowser() {
+export async function launchChromiumBrowser() {
+  const { chromium } = await playwright()
   return chromium.launch({ executablePath: CHROMIUM_PATH, headless: true, args: [...CHROMIUM_ARGS] })
 }
 
