@@ -140,26 +140,16 @@ describe.each(NAMES)('the %s reference server (its own process)', (name) => {
       '--b\r\nContent-Disposition: form-data; name="refDomain"\r\n\r\ndemo\r\n' +
       '--b\r\nContent-Disposition: form-data; name="file"; filename="a.txt"\r\n\r\nhello\r\n--b--\r\n'
     const post = JSON.stringify({ title: 'continued' })
-    const seen = {
-      'board, bad token': await expectContinue(server.port, '/board', 'bad', post),
-      'board, good token': await expectContinue(server.port, '/board', token, post),
-      'save, bad token': await expectContinue(server.port, '/api/storage/attach/demo/1', 'bad', '{}'),
-      'save, good token': await expectContinue(server.port, '/api/storage/attach/demo/1', token, '{}'),
-      'upload, bad token': await expectContinue(
-        server.port,
-        '/api/storage/attach/tmp',
-        'bad',
-        multipart,
-        'multipart/form-data; boundary=b',
-      ),
-      'upload, good token': await expectContinue(
-        server.port,
-        '/api/storage/attach/tmp',
-        token,
-        multipart,
-        'multipart/form-data; boundary=b',
-      ),
+    // Each on its own connection, all at once: each waits 100 ms after its answer for a close.
+    const asked = {
+      'board, bad token': expectContinue(server.port, '/board', 'bad', post),
+      'board, good token': expectContinue(server.port, '/board', token, post),
+      'save, bad token': expectContinue(server.port, '/api/storage/attach/demo/1', 'bad', '{}'),
+      'save, good token': expectContinue(server.port, '/api/storage/attach/demo/1', token, '{}'),
+      'upload, bad token': expectContinue(server.port, '/api/storage/attach/tmp', 'bad', multipart, 'multipart/form-data; boundary=b'),
+      'upload, good token': expectContinue(server.port, '/api/storage/attach/tmp', token, multipart, 'multipart/form-data; boundary=b'),
     }
+    const seen = Object.fromEntries(await Promise.all(Object.entries(asked).map(async ([k, p]) => [k, await p] as const)))
     expect(seen).toEqual({
       'board, bad token': { statuses: [401], sent: false, closed: true },
       'board, good token': { statuses: [100, 201], sent: true, closed: false },
