@@ -27,7 +27,7 @@ export async function multipartCopy(
   head: HeadObjectCommandOutput,
 ): Promise<void> {
   const created = await calls.call('CreateMultipartUpload', to, () =>
-    calls.client.send(
+    calls.client().send(
       new CreateMultipartUploadCommand({
         Bucket: calls.bucket,
         Key: target,
@@ -52,7 +52,7 @@ export async function multipartCopy(
         const first = index * partSize
         const last = Math.min(size, first + partSize) - 1
         const out = await calls.call('UploadPartCopy', from, () =>
-          calls.client.send(
+          calls.client().send(
             new UploadPartCopyCommand({
               Bucket: calls.bucket,
               Key: target,
@@ -71,7 +71,7 @@ export async function multipartCopy(
     }
     await Promise.all(Array.from({ length: Math.min(calls.settings.queueSize, count) }, worker))
     await calls.call('CompleteMultipartUpload', to, () =>
-      calls.client.send(
+      calls.client().send(
         new CompleteMultipartUploadCommand({
           Bucket: calls.bucket,
           Key: target,
@@ -81,7 +81,10 @@ export async function multipartCopy(
       ),
     )
   } catch (err) {
-    await calls.client.send(new AbortMultipartUploadCommand({ Bucket: calls.bucket, Key: target, UploadId: uploadId })).catch(() => {})
+    await calls
+      .client()
+      .send(new AbortMultipartUploadCommand({ Bucket: calls.bucket, Key: target, UploadId: uploadId }))
+      .catch(() => {})
     throw err
   }
 }

@@ -28,7 +28,7 @@ export async function putObject(
   signal: AbortSignal | undefined,
 ): Promise<void> {
   try {
-    await calls.client.send(
+    await calls.client().send(
       new PutObjectCommand({
         Bucket: calls.bucket,
         Key: objectKey,
@@ -107,7 +107,7 @@ export async function putStream(
     // Its errors reach the upload through iteration; an error after the upload gave up goes nowhere.
     parts.on('error', () => {})
     const upload = new Upload({
-      client: calls.client,
+      client: calls.client(),
       params: {
         Bucket: calls.bucket,
         Key: objectKey,

@@ -127,11 +127,8 @@ export class S3Store implements Store {
     this.#ownsClient = client === undefined
     const c = this.#settings.credentials
     this.#secrets = [c?.secretAccessKey, c?.sessionToken, c?.accessKeyId].filter((s): s is string => !!s)
-    const clientOf = (): S3Client => this.client
     this.#calls = {
-      get client() {
-        return clientOf()
-      },
+      client: () => this.client,
       bucket: this.bucket,
       settings: this.#settings,
       call: (operation, key, run) => this.#call(operation, key, run),

@@ -9,7 +9,7 @@ import type { ResolvedS3Settings } from './settings.js'
 
 export interface S3Calls {
   /** The SDK client (created on first use). */
-  readonly client: S3Client
+  client(): S3Client
   readonly bucket: string
   readonly settings: ResolvedS3Settings
   /** Runs one SDK call: a missing object becomes `not-found`, anything else `store-failure`. */
