@@ -1,6 +1,7 @@
 import { mkdirSync } from 'node:fs'
 import { dirname, resolve } from 'node:path'
 import type BetterSqlite3 from 'better-sqlite3'
+import { LRUCache } from 'lru-cache'
 import { type ColumnType, Kysely, MysqlAdapter, MysqlDialect, PostgresAdapter, PostgresDialect, SqliteAdapter, SqliteDialect } from 'kysely'
 import type Pg from 'pg'
 import { AttachStorageError } from '../errors.js'
@@ -255,16 +256,15 @@ export const STATEMENT_CACHE_SIZE = 256
  * it is handed out again. SQLite re-prepares a kept statement itself after a schema change.
  */
 export function withStatementCache<S, D extends { prepare(sql: string): S }>(database: D, size = STATEMENT_CACHE_SIZE): D {
-  const kept = new Map<string, S>()
+  // lru-cache, not a Map re-inserted on every hit: that made V8 rebuild the Map's table now and then in
+  // the old generation, a full collection's work on every view.
+  const kept = new LRUCache<string, S & {}>({ max: size })
   const prepare = (sql: string): S => {
     let statement = kept.get(sql)
-    if (statement !== undefined) {
-      kept.delete(sql) // re-inserted last: the map's order is the recency order
-    } else {
-      statement = database.prepare(sql)
-      if (kept.size >= size) kept.delete(kept.keys().next().value as string)
+    if (statement === undefined) {
+      statement = database.prepare(sql) as S & {}
+      kept.set(sql, statement)
     }
-    kept.set(sql, statement)
     return statement
   }
   return new Proxy(database, {

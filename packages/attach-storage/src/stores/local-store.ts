@@ -3,6 +3,7 @@ import { copyFile, lstat, open, realpath, rename, rmdir, unlink } from 'node:fs/
 import { dirname, join, resolve } from 'node:path'
 import type { Readable } from 'node:stream'
 import { pipeline } from 'node:stream/promises'
+import { LRUCache } from 'lru-cache'
 import { AttachStorageError, configError } from '../errors.js'
 import { notFoundError } from '../store-kit/errors.js'
 import { isValidKeySegment, MAX_KEY_LENGTH, normalizeKey, normalizePrefix } from './key.js'
@@ -89,7 +90,14 @@ export class LocalStore implements Store {
    * small file then costs one `read`, no `open` and `close`. Stored files are written once under new
    * names; every change this store makes to a path drops its descriptor.
    */
-  readonly #open = new Map<string, OpenFile>()
+  readonly #open = new LRUCache<string, OpenFile>({
+    max: OPEN_FILES,
+    // Evicted or deleted: closed now, or by the last read using it.
+    dispose: (open) => {
+      open.dropped = true
+      if (open.users === 0) fsClose(open.fd, () => {})
+    },
+  })
   /** Counts this store's changes: a descriptor opened while one happened is used once, not kept. */
   #changes = 0
 
@@ -195,10 +203,10 @@ export class LocalStore implements Store {
 
   /** A descriptor of `file` for reading: kept from an earlier read, else opened (and kept). */
   async #acquire(file: string, key: string): Promise<OpenFile> {
+    // A kept one becomes the most recently used without being moved in a Map: re-inserting it on every
+    // view made V8 rebuild the Map's table now and then, in the old generation.
     const kept = this.#open.get(file)
     if (kept) {
-      this.#open.delete(file)
-      this.#open.set(file, kept)
       kept.users++
       return kept
     }
@@ -211,7 +219,6 @@ export class LocalStore implements Store {
       return entry
     }
     this.#open.set(file, entry)
-    if (this.#open.size > OPEN_FILES) this.#drop(this.#open.keys().next().value!)
     return entry
   }
 
@@ -221,11 +228,7 @@ export class LocalStore implements Store {
 
   /** Forgets the kept descriptor of `file` (closed once its reads end). */
   #drop(file: string): void {
-    const open = this.#open.get(file)
-    if (!open) return
     this.#open.delete(file)
-    open.dropped = true
-    if (open.users === 0) fsClose(open.fd, () => {})
   }
 
   /**
@@ -336,7 +339,7 @@ export class LocalStore implements Store {
   }
 
   async close(): Promise<void> {
-    for (const file of [...this.#open.keys()]) this.#drop(file)
+    this.#open.clear()
   }
 
   /**
