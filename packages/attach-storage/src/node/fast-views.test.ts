@@ -175,7 +175,16 @@ describe("the fast path of nginx's decision on a signed view", () => {
       [decide(ids.private!), { headers: { 'x-attach-cache-bound': '5' } }, 200],
       [decide(ids.private!), { headers: { 'x-attach-cache-bound': 'soon' } }, 400],
       [decide(ids.private!, `${signer.query(ids.private!)}&w=10`), undefined, 403],
-      [decide(ids.private!, signer.query(ids.private!).replace(/sig=./, 'sig=A')), undefined, 403],
+      // The signature's first character changed (to 'A', or 'B' where it was 'A').
+      [
+        decide(
+          ids.private!,
+          signer.query(ids.private!).replace(/sig=(.)/, (_, c) => `sig=${c === 'A' ? 'B' : 'A'}`),
+        ),
+        undefined,
+        403,
+      ],
+      [decide(ids.private!, `exp=${past}&sig=${'A'.repeat(43)}`), undefined, 403],
       [decide(ids.private!, `exp=${past}&sig=${'A'.repeat(43)}`), undefined, 403],
       [decide(ids.private!, signer.query(ids.private!).replace(/&sig=.*/, '')), undefined, 400],
       [decide(ids.private!, `exp=1&sig=${'A'.repeat(65)}`), undefined, 400],
