@@ -64,6 +64,19 @@ export interface FileAnswer {
   status: number
   headers: Array<[string, string]>
   body?: Uint8Array | { store: Store; key: string; range: ByteRange | undefined; length: number }
+  /**
+   * The buffer of {@link ReadBuffers} the body was read into: the caller gives it back once the answer
+   * has gone out (never while anything may still read the body).
+   */
+  lease?: Buffer
+}
+
+/** Buffers a caller lends {@link fileAnswer} to read small bodies into (the Node fast path's pool). */
+export interface ReadBuffers {
+  /** A buffer of at least `length` bytes, or undefined to read into a new one. */
+  take(length: number): Buffer | undefined
+  /** Gives back a buffer `take` answered, once nothing reads it any more. */
+  give(buffer: Buffer): void
 }
 
 /** The Web `Request` as an {@link AnswerRequest}. */
@@ -102,7 +115,12 @@ export function notModified(request: AnswerRequest, target: Pick<ServeTarget, 'e
  * to a presigned store address, as the target's delivery says. A small body (at most {@link SMALL_BODY})
  * is read here in one call when the store can (`readBytes`), else whole from its stream.
  */
-export async function fileAnswer(request: AnswerRequest, target: ServeTarget, action: 'view' | 'download'): Promise<FileAnswer> {
+export async function fileAnswer(
+  request: AnswerRequest,
+  target: ServeTarget,
+  action: 'view' | 'download',
+  buffers?: ReadBuffers,
+): Promise<FileAnswer> {
   const active = isActiveContent(target.fileType)
   const asAttachment = action === 'download' || active
   const type = active ? 'application/octet-stream' : target.fileType || 'application/octet-stream'
@@ -171,10 +189,21 @@ export async function fileAnswer(request: AnswerRequest, target: ServeTarget, ac
   if (length <= SMALL_BODY) {
     // A small file is read whole and answered as bytes: written at once, where a stream costs a turn
     // per chunk. A store that reads a known length in one call skips opening a stream (and its stat).
-    const body = target.store.readBytes
-      ? await target.store.readBytes(target.key, range?.start ?? 0, length)
-      : await readAll(await target.store.get(target.key, range))
-    return { status, headers: sized(body.length), body }
+    if (!target.store.readBytes) {
+      const body = await readAll(await target.store.get(target.key, range))
+      return { status, headers: sized(body.length), body }
+    }
+    // Read into a lent buffer where there is one: a new one per view is memory outside V8's heap, which
+    // sets off its full collections under load.
+    const lease = buffers?.take(length)
+    let body: Uint8Array
+    try {
+      body = await target.store.readBytes(target.key, range?.start ?? 0, length, lease)
+    } catch (err) {
+      if (lease) buffers!.give(lease)
+      throw err
+    }
+    return { status, headers: sized(body.length), body, lease }
   }
   return { status, headers: sized(length), body: { store: target.store, key: target.key, range, length } }
 }

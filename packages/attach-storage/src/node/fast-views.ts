@@ -21,6 +21,7 @@ import { signatureIn } from '../service/signing.js'
 import type { AccessContext, Logger, ViewSignature } from '../service/types.js'
 import { parseInput } from '../validation.js'
 import { releaseRequestBody } from './early-answer.js'
+import { ReadBufferPool } from './read-buffers.js'
 
 /**
  * A request the fast path takes: the action, the id and the query of a view by id, or (`decide`) of
@@ -75,6 +76,8 @@ const escapeRegExp = (s: string) => s.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&')
 
 /** Creates the fast path of a service (see the module description). */
 export function createFastViews(storage: AttachStorage): FastViews {
+  // Small files are read into buffers kept from one view to the next (./read-buffers.ts).
+  const buffers = new ReadBufferPool()
   const byId = new RegExp(`^${escapeRegExp(storage.config.assetsPrefix)}/attach(?:/(view|download)|-decide/view)/(\\d{1,15})$`)
   return {
     match(req, target = req.url ?? '/') {
@@ -121,7 +124,7 @@ export function createFastViews(storage: AttachStorage): FastViews {
     } catch (err) {
       answer = errorAnswer(answeredError(err, storage.logger))
     }
-    await writeAnswer(res, answer, storage.logger)
+    await writeAnswer(res, answer, storage.logger, buffers)
     if (ctx.observe.active) {
       const seconds = (performance.now() - started) / 1000
       ctx.observe.request({ group: 'assets', route: routeOf(match), method: req.method ?? 'GET', status: res.statusCode, seconds })
@@ -153,7 +156,7 @@ export function createFastViews(storage: AttachStorage): FastViews {
       { id: match.id, resize, shown, preview, lookOnly, notModified: (t) => notModified(asked, t) },
       access,
     )
-    return fileAnswer(asked, target, match.action as 'view' | 'download')
+    return fileAnswer(asked, target, match.action as 'view' | 'download', buffers)
   }
 }
 
@@ -219,7 +222,13 @@ function flatHeaders(res: ServerResponse, headers: Array<[string, string]>): str
 }
 
 /** Writes an answer: the headers once, then nothing, the bytes in one piece, or the store's stream. */
-async function writeAnswer(res: ServerResponse, answer: FileAnswer, logger: Logger): Promise<void> {
+async function writeAnswer(res: ServerResponse, answer: FileAnswer, logger: Logger, buffers?: ReadBufferPool): Promise<void> {
+  const { lease } = answer
+  if (lease) {
+    // The read buffer goes back once the answer was handed to the socket whole ('finish'); an answer cut
+    // short leaves it to the garbage collector, since the socket may still hold it.
+    res.once('finish', () => buffers!.give(lease))
+  }
   if (res.headersSent || res.destroyed) {
     if (!res.destroyed) res.destroy()
     return

@@ -176,13 +176,14 @@ export class LocalStore implements Store {
 
   /**
    * Reads `length` bytes from `start` in one `read` (looping only on a short read), with no stream and
-   * no stat: for small answers whose size the record knows. Fewer bytes when the file is shorter.
+   * no stat: for small answers whose size the record knows. Fewer bytes when the file is shorter. Into
+   * `into` when it is given and large enough.
    */
-  async readBytes(key: string, start: number, length: number): Promise<Uint8Array> {
+  async readBytes(key: string, start: number, length: number, into?: Uint8Array): Promise<Uint8Array> {
     const file = this.#pathOf(key)
     const open = await this.#acquire(file, key)
     try {
-      const buffer = Buffer.allocUnsafe(length)
+      const buffer = into && into.byteLength >= length ? into.subarray(0, length) : Buffer.allocUnsafe(length)
       let filled = 0
       while (filled < length) {
         const n = await new Promise<number>((resolve, reject) =>

@@ -96,9 +96,11 @@ export interface Store {
   /**
    * Optional: reads `length` bytes from `start` in one call, for a small answer whose length the record
    * already knows (no stream, no stat). Fewer bytes only when the object is shorter than that; a missing
-   * object throws `not-found`. Callers keep `length` small (the handlers: at most 256 KiB).
+   * object throws `not-found`. Callers keep `length` small (the handlers: at most 256 KiB). With `into`
+   * (at least `length` bytes), a store may read into it and answer a view of it (the local store does);
+   * one that ignores it answers a buffer of its own.
    */
-  readBytes?(key: string, start: number, length: number): Promise<Uint8Array>
+  readBytes?(key: string, start: number, length: number, into?: Uint8Array): Promise<Uint8Array>
 }
 
 /** What {@link Store.presignGet} signs. */
