@@ -10,7 +10,7 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import { type FrontServer, NGINX, startNginx } from '../../packages/attach-storage/src/testing/front-servers.js'
 import { paddedJpeg } from '../lib/files.js'
-import { request } from '../lib/http.js'
+import { median, request } from '../lib/http.js'
 import { startServer, type Server } from '../lib/proc.js'
 import { type Reference, startReference } from '../lib/reference.js'
 import { fmtCpuPerReq, fmtRps, judge, MiB, target, type Context } from '../lib/report.js'
@@ -66,7 +66,8 @@ export async function smallViewsBench(ctx: Context): Promise<void> {
     // Each app is measured beside bare, in rounds of bare, views first and through the framework (the
     // order reversed every other round), and the round with the median ratio is reported: this
     // machine's speed drifts by a third over tens of seconds, so a ratio is only taken between
-    // neighbours, and one round is not enough.
+    // neighbours, and one round is not enough. The p99s are compared as each server's median over the
+    // rounds: the two of one round differ by a millisecond either way when both are near 7 ms.
     let firstHono: WrkMeasured | undefined
     for (const app of apps) {
       const rounds: Array<[WrkMeasured, WrkMeasured, WrkMeasured]> = []
@@ -81,7 +82,13 @@ export async function smallViewsBench(ctx: Context): Promise<void> {
       firstHono ??= first
       const spread = rounds.map(([rb, rf]) => (rf.rps / rb.rps).toFixed(2)).join(', ')
       const ratio = first.rps / b.rps
-      const p99 = first.latencyP99ms <= b.latencyP99ms
+      const p99s = (i: 0 | 1) => rounds.map((r) => r[i].latencyP99ms)
+      const [bareP99, firstP99] = [median(p99s(0)), median(p99s(1))]
+      const p99 = firstP99 <= bareP99
+      const p99Rounds = (i: 0 | 1) =>
+        p99s(i)
+          .map((x) => x.toFixed(1))
+          .join(', ')
       ctx.add({
         scenario: 'views-50k',
         figure,
@@ -103,7 +110,9 @@ export async function smallViewsBench(ctx: Context): Promise<void> {
         target: target('>=', 0.95, ', p99 <= bare'),
         // The issue's two conditions: the rate, and a p99 no worse than bare's.
         status: judge(ratio, '>=', 0.95) === 'ok' && p99 ? 'ok' : 'MISSED',
-        note: `of bare, the median round of ${spread}; ${lat(first)} (${p99 ? 'no worse than' : 'worse than'} bare's)`,
+        note:
+          `of bare, the median round of ${spread}; ${lat(first)}; p99 over the rounds ${p99Rounds(1)} ms against bare's ` +
+          `${p99Rounds(0)}: median ${firstP99.toFixed(1)} ${p99 ? '<=' : '>'} ${bareP99.toFixed(1)} ms`,
       })
       ctx.add({
         scenario: 'views-50k',
