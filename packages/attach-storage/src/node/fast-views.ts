@@ -13,7 +13,7 @@ import { firstValues } from '../http/router.js'
 import { CACHE_BOUND_HEADER, DecideQuerySchema, decideSignedView } from '../http/routes/auth-request.js'
 import { previewOf, resizeOf, shownOf } from '../http/routes/serving.js'
 import { ResizeQuerySchema } from '../http/routes/schemas.js'
-import { type FileAnswer, fileAnswer, notModified } from '../http/serve.js'
+import { type FileAnswer, fileAnswer, notModified, type ReadBuffers } from '../http/serve.js'
 import { type AttachStorage, contextOf } from '../service/attach-storage.js'
 import type { ServiceContext } from '../service/context.js'
 import { resolveById } from '../service/serving.js'
@@ -222,7 +222,7 @@ function flatHeaders(res: ServerResponse, headers: Array<[string, string]>): str
 }
 
 /** Writes an answer: the headers once, then nothing, the bytes in one piece, or the store's stream. */
-async function writeAnswer(res: ServerResponse, answer: FileAnswer, logger: Logger, buffers?: ReadBufferPool): Promise<void> {
+async function writeAnswer(res: ServerResponse, answer: FileAnswer, logger: Logger, buffers?: ReadBuffers): Promise<void> {
   const { lease } = answer
   if (lease) {
     // The read buffer goes back once the answer was handed to the socket whole ('finish'); an answer cut

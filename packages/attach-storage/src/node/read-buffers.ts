@@ -4,7 +4,7 @@
  * memory, and at thousands of views per second it starts a full collection of the whole heap every
  * tenth of a second (pauses of 2-8 ms in bursts, the p99 tail) and enlarges the young generation (RSS).
  */
-import type { ReadBuffers } from '../http/serve.js'
+import { type ReadBuffers, SMALL_BODY } from '../http/serve.js'
 
 /**
  * Reads of at most this many bytes are left to `Buffer.allocUnsafe` (Node's shared pool): few bytes per
@@ -12,8 +12,8 @@ import type { ReadBuffers } from '../http/serve.js'
  * from the shared pool still takes a new slab of memory outside V8's heap every few views.
  */
 const SHARED_POOL_READ = 4096
-/** The largest size class: the largest body the handlers read whole (`SMALL_BODY`). */
-const LARGEST = 256 * 1024
+/** The largest size class: the largest body the handlers read whole (256 KiB, a power of two). */
+const LARGEST = SMALL_BODY
 /** What each size class keeps at most, in bytes, between answers. */
 const KEPT_PER_CLASS = 2 * 1024 * 1024
 
