@@ -7,6 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { DIALECTS, openTestDatabase, type TestDatabase } from '../../../../test/databases.js'
 import { AttachStorageError, isAttachError } from '../errors.js'
 import { AttachRepository, type NewBlob, type NewRecord } from './attach-repository.js'
+import type { MediaInfo } from '../model.js'
 import { BLOB_TABLE, dialectOf, FILE_TABLE, openDatabase } from './database.js'
 import { usesNodeSqlite } from './node-sqlite.js'
 import { attachMigrations, MIGRATION_LOCK_TABLE, MIGRATION_TABLE, migrateAttachSchema } from './migrations.js'
@@ -339,6 +340,26 @@ for (const dialect of DIALECTS) {
       const second = await repo.createRecord(blob.id, { ...rec, sort: 4 }, { requireLive: true })
       expect(second?.blobId).toBe(blob.id)
       expect((await repo.findBlobById(blob.id))?.refCount).toBe(2)
+    })
+
+    it('reads a record by id alike at once (SQLite) and through Kysely in a transaction: every field, focus and media included', async () => {
+      const media: MediaInfo = { width: 4, height: 3, placeholder: 'data:image/png;base64,AAAA' }
+      const full = await attach({ refKey: unique('key'), createdBy: 'user-a', ext: null, fmetaValue: null, sort: 9 }, { media })
+      await repo.updateMetadata([{ id: full.id, focus: { x: 0.25, y: 0.75 } }])
+      const plain = await attach({ refKey: unique('key'), createdBy: 42, ext: 'cover', fmetaValue: 'x' })
+      for (const rec of [full, plain]) {
+        const direct = await repo.findById(rec.id)
+        const [listed] = await repo.findByIds([rec.id])
+        const inTransaction = await t.db.transaction().execute((trx) => new AttachRepository(trx).findById(rec.id))
+        expect(direct).toEqual(listed)
+        expect(inTransaction).toEqual(listed)
+      }
+      expect(await repo.findById(full.id)).toMatchObject({ createdBy: 'user-a', focus: { x: 0.25, y: 0.75 }, media, sort: 9, ext: null })
+      expect(await repo.findById(plain.id)).toMatchObject({ createdBy: 42, media: null, ext: 'cover', fmetaValue: 'x' })
+      expect(await repo.findById(plain.id)).not.toHaveProperty('focus')
+      await repo.markDeleted([plain.id])
+      expect(await repo.findById(plain.id)).toBeNull()
+      expect(await t.db.transaction().execute((trx) => new AttachRepository(trx).findById(plain.id))).toBeNull()
     })
 
     it('answers null for requireLive on a pending or dead blob, and for an unknown blob', async () => {

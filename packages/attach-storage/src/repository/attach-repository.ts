@@ -25,7 +25,11 @@ import {
   mapRecord,
   type NewBlob,
   type NewRecord,
+  RECORD_COLUMNS,
   type RecordReference,
+  type RecordRow,
+  type RecordValues,
+  recordOfValues,
   recordRow,
   selectBlob,
   type Trx,
@@ -67,7 +71,7 @@ export class AttachRepository {
   readonly #db: Db
   readonly #dialect: DialectName
 
-  #findByIdQuery: CompiledQuery<FileRow> | undefined
+  #findByIdQuery: CompiledQuery<RecordRow> | undefined
   /** SQLite: the record read of a view at once when the connection is free (see {@link DirectRead}). */
   readonly #directRead: DirectRead | undefined
 
@@ -317,12 +321,11 @@ export class AttachRepository {
   async findById(id: number): Promise<AttachmentRecord | null> {
     if (!isId(id)) return null
     // The hot path of every view by id: the query is compiled once, only its parameters change.
-    this.#findByIdQuery ??= this.#db.selectFrom(FILE_TABLE).selectAll().where('id', '=', 0).where('deleted', '=', 0).compile()
+    this.#findByIdQuery ??= this.#db.selectFrom(FILE_TABLE).select(RECORD_COLUMNS).where('id', '=', 0).where('deleted', '=', 0).compile()
     const parameters = [id, 0]
-    const rows =
-      (this.#directRead?.(this.#findByIdQuery.sql, parameters) as FileRow[] | undefined) ??
-      (await this.#db.executeQuery<FileRow>({ ...this.#findByIdQuery, parameters })).rows
-    const row = rows[0]
+    const values = this.#directRead?.(this.#findByIdQuery.sql, parameters)
+    if (values !== undefined) return values && recordOfValues(values as RecordValues)
+    const row = (await this.#db.executeQuery<RecordRow>({ ...this.#findByIdQuery, parameters })).rows[0]
     return row ? mapRecord(row) : null
   }
 

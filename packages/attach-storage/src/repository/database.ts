@@ -5,7 +5,7 @@ import { LRUCache } from 'lru-cache'
 import { type ColumnType, Kysely, MysqlAdapter, MysqlDialect, PostgresAdapter, PostgresDialect, SqliteAdapter, SqliteDialect } from 'kysely'
 import type Pg from 'pg'
 import { AttachStorageError } from '../errors.js'
-import { NodeSqliteDatabaseAdapter, type NodeSqliteModule, usesNodeSqlite } from './node-sqlite.js'
+import { NodeSqliteDatabaseAdapter, type NodeSqliteModule, usesNodeSqlite, type ValuesStatement } from './node-sqlite.js'
 
 /** Name of the table of physical files (one row per stored file, shared by several records). */
 export const BLOB_TABLE = 'attach_blob'
@@ -217,11 +217,23 @@ async function openSqlite(file: string): Promise<Kysely<any>> {
   database.exec('PRAGMA foreign_keys = ON')
   const cached = withStatementCache(database)
   const db = new Kysely<any>({ dialect: new SqliteDialect({ database: cached }) })
+  // Kept apart from Kysely's statements: these answer arrays.
+  const valueStatements = new LRUCache<string, ValuesStatement>({ max: 32 })
+  const valuesOf = (sql: string): ValuesStatement => {
+    if (database instanceof NodeSqliteDatabaseAdapter) return database.prepareValues(sql)
+    const statement = database.prepare(sql).raw(true)
+    return { get: (parameters) => statement.get(parameters) as unknown[] | undefined }
+  }
   directReads.set(db, (sql, parameters) => {
     // Inside a transaction another query holds the connection (and its uncommitted rows): wait for it.
     if (database.inTransaction) return undefined
     try {
-      return cached.prepare(sql).all(parameters) as Array<Record<string, unknown>>
+      let statement = valueStatements.get(sql)
+      if (!statement) {
+        statement = valuesOf(sql)
+        valueStatements.set(sql, statement)
+      }
+      return statement.get(parameters) ?? null
     } catch (err) {
       // better-sqlite3 while a streamed query is open on the connection: wait for it too.
       if (err instanceof TypeError && /busy/i.test(err.message)) return undefined
@@ -232,12 +244,15 @@ async function openSqlite(file: string): Promise<Kysely<any>> {
 }
 
 /**
- * Runs a compiled read at once on a SQLite database, on its kept statement, when no other query holds
- * the connection (no transaction, no streamed query open); otherwise answers undefined and the caller
- * goes through Kysely, which queues it. SQLite's calls are synchronous, so such a read sees exactly the
- * committed rows, as a queued one would, without the queue's turns.
+ * Runs a compiled read at once on a SQLite database, on a kept statement, when no other query holds the
+ * connection (no transaction, no streamed query open), and answers its first row as the array of its
+ * values in the order of the query's columns (null when there is none); otherwise answers undefined and
+ * the caller goes through Kysely, which queues it. SQLite's calls are synchronous, so such a read sees
+ * exactly the committed rows, as a queued one would, without the queue's turns. An array, not an object
+ * keyed by column name: a row object of twenty columns costs more than the query itself. The query
+ * names its columns (not `*`), so their order is its own whatever the table's.
  */
-export type DirectRead = (sql: string, parameters: readonly unknown[]) => Array<Record<string, unknown>> | undefined
+export type DirectRead = (sql: string, parameters: readonly unknown[]) => unknown[] | null | undefined
 
 const directReads = new WeakMap<Kysely<any>, DirectRead>()
 

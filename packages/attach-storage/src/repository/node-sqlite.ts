@@ -30,6 +30,8 @@ interface NodeSqliteDatabase {
 interface NodeSqliteStatement {
   columns(): unknown[]
   all(...parameters: unknown[]): Record<string, unknown>[]
+  get(...parameters: unknown[]): unknown
+  setReturnArrays(enabled: boolean): void
   run(...parameters: unknown[]): { changes: number | bigint; lastInsertRowid: number | bigint }
   iterate(...parameters: unknown[]): IterableIterator<Record<string, unknown>>
 }
@@ -40,14 +42,20 @@ export function usesNodeSqlite(version: string = process.versions.node): boolean
 }
 
 /** A row as better-sqlite3 gives it. */
+/** A BLOB as a Buffer, as better-sqlite3 answers it (node:sqlite answers a Uint8Array). */
+const plainValue = (value: unknown): unknown =>
+  value instanceof Uint8Array && !Buffer.isBuffer(value) ? Buffer.from(value.buffer, value.byteOffset, value.byteLength) : value
+
 function plainRow(row: Record<string, unknown>): Record<string, unknown> {
   const out: Record<string, unknown> = {}
-  for (const key in row) {
-    const value = row[key]
-    out[key] =
-      value instanceof Uint8Array && !Buffer.isBuffer(value) ? Buffer.from(value.buffer, value.byteOffset, value.byteLength) : value
-  }
+  for (const key in row) out[key] = plainValue(row[key])
   return out
+}
+
+/** A statement that answers its first row as the array of its values, in the order of its columns. */
+export interface ValuesStatement {
+  /** The first row's values; undefined when there is no row. */
+  get(parameters: ReadonlyArray<unknown>): unknown[] | undefined
 }
 
 class Statement implements SqliteStatement {
@@ -93,6 +101,19 @@ export class NodeSqliteDatabaseAdapter implements SqliteDatabase {
 
   prepare(sql: string): SqliteStatement {
     return new Statement(this.#database.prepare(sql))
+  }
+
+  /** A statement answering rows as arrays (better-sqlite3's `raw(true)`). */
+  prepareValues(sql: string): ValuesStatement {
+    const statement = this.#database.prepare(sql)
+    statement.setReturnArrays(true)
+    return {
+      get(parameters) {
+        const values = statement.get(...parameters) as unknown[] | undefined
+        if (values) for (let i = 0; i < values.length; i++) values[i] = plainValue(values[i])
+        return values
+      },
+    }
   }
 
   close(): void {

@@ -152,28 +152,88 @@ export function mapCreatedBy(value: string | null): UserId | null {
   return value
 }
 
-export function mapRecord(r: FileRow): AttachmentRecord {
+/**
+ * The columns of `attach_file` a record is made of, in the order {@link recordOfValues} takes them: a
+ * view's record read (SQLite) answers them as one array of values, not an object keyed by name.
+ */
+export const RECORD_COLUMNS = [
+  'id',
+  'ref_domain',
+  'ref_key',
+  'ref_category',
+  'display_name',
+  'saved_name',
+  'saved_dir',
+  'file_type',
+  'file_size',
+  'ext',
+  'fmeta_value',
+  'sort',
+  'created_by',
+  'created_dt',
+  'sha256',
+  'store',
+  'blob_id',
+  'focus_x',
+  'focus_y',
+  'media',
+] as const satisfies ReadonlyArray<keyof FileRow>
+
+type ValuesOf<T extends ReadonlyArray<keyof FileRow>> = { -readonly [I in keyof T]: FileRow[T[I] & keyof FileRow] }
+/** A row of {@link RECORD_COLUMNS} as the database answers it. */
+export type RecordRow = Pick<FileRow, (typeof RECORD_COLUMNS)[number]>
+/** The values of {@link RECORD_COLUMNS}, in their order. */
+export type RecordValues = ValuesOf<typeof RECORD_COLUMNS>
+
+export function mapRecord(r: RecordRow): AttachmentRecord {
+  return recordOfValues(RECORD_COLUMNS.map((c) => r[c]) as RecordValues)
+}
+
+/** A record from the values of {@link RECORD_COLUMNS}. */
+export function recordOfValues(values: RecordValues): AttachmentRecord {
+  const [
+    id,
+    refDomain,
+    refKey,
+    refCategory,
+    displayName,
+    savedName,
+    savedDir,
+    fileType,
+    fileSize,
+    ext,
+    fmeta,
+    sort,
+    createdBy,
+    createdDt,
+    sha256,
+    store,
+    blobId,
+    focusX,
+    focusY,
+    media,
+  ] = values
   return {
-    id: toNumber(r.id),
-    refDomain: r.ref_domain,
-    refKey: r.ref_key,
-    refCategory: r.ref_category,
-    displayName: r.display_name,
-    savedName: r.saved_name,
-    savedDir: r.saved_dir,
-    fileType: r.file_type,
-    fileSize: toNumber(r.file_size),
-    ext: r.ext ?? null,
-    fmetaValue: r.fmeta_value ?? null,
-    sort: toNumber(r.sort),
-    createdBy: mapCreatedBy(r.created_by),
-    createdDt: r.created_dt,
+    id: toNumber(id),
+    refDomain,
+    refKey,
+    refCategory,
+    displayName,
+    savedName,
+    savedDir,
+    fileType,
+    fileSize: toNumber(fileSize),
+    ext: ext ?? null,
+    fmetaValue: fmeta ?? null,
+    sort: toNumber(sort),
+    createdBy: mapCreatedBy(createdBy),
+    createdDt,
     // char(64) pads on PostgreSQL; a hex digest never ends in a space.
-    sha256: r.sha256.trimEnd(),
-    store: r.store,
-    blobId: toNumber(r.blob_id),
-    ...(r.focus_x != null && r.focus_y != null ? { focus: { x: Number(r.focus_x), y: Number(r.focus_y) } } : {}),
-    media: parseMedia(r.media),
+    sha256: sha256.trimEnd(),
+    store,
+    blobId: toNumber(blobId),
+    ...(focusX != null && focusY != null ? { focus: { x: Number(focusX), y: Number(focusY) } } : {}),
+    media: parseMedia(media),
   }
 }
 
