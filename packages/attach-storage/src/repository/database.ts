@@ -266,7 +266,7 @@ export const STATEMENT_CACHE_SIZE = 256
 
 /**
  * The database as Kysely's SQLite dialect sees it, with its prepared statements kept by SQL text, so a
- * query run again (the record read of every view) skips SQLite's parse and plan. Kysely runs one query
+ * query run again (a list page, a save's lookups) skips SQLite's parse and plan. Kysely runs one query
  * at a time on a SQLite connection, streaming ones included, so a kept statement is never busy when
  * it is handed out again. SQLite re-prepares a kept statement itself after a schema change.
  */

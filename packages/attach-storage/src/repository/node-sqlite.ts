@@ -41,11 +41,11 @@ export function usesNodeSqlite(version: string = process.versions.node): boolean
   return Number(version.split('.')[0]) >= 24
 }
 
-/** A row as better-sqlite3 gives it. */
 /** A BLOB as a Buffer, as better-sqlite3 answers it (node:sqlite answers a Uint8Array). */
 const plainValue = (value: unknown): unknown =>
   value instanceof Uint8Array && !Buffer.isBuffer(value) ? Buffer.from(value.buffer, value.byteOffset, value.byteLength) : value
 
+/** A row as better-sqlite3 gives it. */
 function plainRow(row: Record<string, unknown>): Record<string, unknown> {
   const out: Record<string, unknown> = {}
   for (const key in row) out[key] = plainValue(row[key])
