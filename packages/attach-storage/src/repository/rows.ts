@@ -189,51 +189,30 @@ export function mapRecord(r: RecordRow): AttachmentRecord {
   return recordOfValues(RECORD_COLUMNS.map((c) => r[c]) as RecordValues)
 }
 
-/** A record from the values of {@link RECORD_COLUMNS}. */
-export function recordOfValues(values: RecordValues): AttachmentRecord {
-  const [
-    id,
-    refDomain,
-    refKey,
-    refCategory,
-    displayName,
-    savedName,
-    savedDir,
-    fileType,
-    fileSize,
-    ext,
-    fmeta,
-    sort,
-    createdBy,
-    createdDt,
-    sha256,
-    store,
-    blobId,
-    focusX,
-    focusY,
-    media,
-  ] = values
+/** A record from the values of {@link RECORD_COLUMNS}, by their places in it. */
+export function recordOfValues(v: RecordValues): AttachmentRecord {
+  const [focusX, focusY] = [v[17], v[18]]
   return {
-    id: toNumber(id),
-    refDomain,
-    refKey,
-    refCategory,
-    displayName,
-    savedName,
-    savedDir,
-    fileType,
-    fileSize: toNumber(fileSize),
-    ext: ext ?? null,
-    fmetaValue: fmeta ?? null,
-    sort: toNumber(sort),
-    createdBy: mapCreatedBy(createdBy),
-    createdDt,
+    id: toNumber(v[0]),
+    refDomain: v[1],
+    refKey: v[2],
+    refCategory: v[3],
+    displayName: v[4],
+    savedName: v[5],
+    savedDir: v[6],
+    fileType: v[7],
+    fileSize: toNumber(v[8]),
+    ext: v[9] ?? null,
+    fmetaValue: v[10] ?? null,
+    sort: toNumber(v[11]),
+    createdBy: mapCreatedBy(v[12]),
+    createdDt: v[13],
     // char(64) pads on PostgreSQL; a hex digest never ends in a space.
-    sha256: sha256.trimEnd(),
-    store,
-    blobId: toNumber(blobId),
+    sha256: v[14].trimEnd(),
+    store: v[15],
+    blobId: toNumber(v[16]),
     ...(focusX != null && focusY != null ? { focus: { x: Number(focusX), y: Number(focusY) } } : {}),
-    media: parseMedia(media),
+    media: parseMedia(v[19]),
   }
 }
 
