@@ -63,24 +63,37 @@ export async function smallViewsBench(ctx: Context): Promise<void> {
       const r = await request(t.url, { keep: 1024 })
       if (r.status !== 200 || r.bytes !== SMALL) throw new Error(`${t.label}: ${r.status}, ${r.bytes} bytes`)
     }
-    // Each app is measured beside bare, in rounds of bare, views first and through the framework (the
-    // order reversed every other round), and the round with the median ratio is reported: this
-    // machine's speed drifts by a third over tens of seconds, so a ratio is only taken between
-    // neighbours, and one round is not enough. The p99s are compared the same way, as the median over
-    // the rounds of each round's p99 against bare's in that round: bare's own p99 ranges from 6 to 12 ms
-    // between rounds a minute apart, so p99s of different rounds are not compared. Five rounds: the two
-    // p99s of one round differ by a millisecond either way when both are near 7 ms.
-    let firstHono: WrkMeasured | undefined
+    // Each app's views first are measured beside bare, in rounds of the two (the order reversed every
+    // other round), and the round with the median ratio is reported: this machine's speed drifts by a
+    // third over tens of seconds, so a ratio is only taken between neighbours, and one round is not
+    // enough. The p99s are compared the same way, as the median over the rounds of each round's p99
+    // against bare's in that round: bare's own p99 ranges from 6 to 15 ms between rounds a minute apart,
+    // so p99s of different rounds are not compared. Five rounds: the two p99s of one round differ by a
+    // millisecond either way when both are near 7 ms. The apps through the framework (information) are
+    // measured after all the rounds, each beside bare once: such a process (Express's grows by 50-70 MiB
+    // under load) leaves its garbage to idle-time collections, which ran on the cores the next
+    // measurement was using, and in rounds of three that was the app answering first in two of five.
+    const measuredApps: Array<{ app: (typeof apps)[number]; rounds: Array<[WrkMeasured, WrkMeasured]> }> = []
     for (const app of apps) {
-      const rounds: Array<[WrkMeasured, WrkMeasured, WrkMeasured]> = []
+      const rounds: Array<[WrkMeasured, WrkMeasured]> = []
       for (let round = 0; round < (ctx.quick ? 1 : 5); round++) {
-        const order = [bareTarget, app.first, app.through]
+        const order = [bareTarget, app.first]
         const measured = await wrkEach(round % 2 ? [...order].reverse() : order, { ...wrkTimes(ctx), log: ctx.log })
         const by = (t: WrkTarget) => measured.find((m) => m.label === t.label)!
-        rounds.push([by(bareTarget), by(app.first), by(app.through)])
+        rounds.push([by(bareTarget), by(app.first)])
       }
+      measuredApps.push({ app, rounds })
+    }
+    const throughs = new Map<string, [WrkMeasured, WrkMeasured]>()
+    for (const { app } of measuredApps) {
+      const [tb, t] = (await wrkEach([bareTarget, app.through], { ...wrkTimes(ctx), log: ctx.log })) as [WrkMeasured, WrkMeasured]
+      throughs.set(app.name, [tb, t])
+    }
+    let firstHono: WrkMeasured | undefined
+    for (const { app, rounds } of measuredApps) {
       rounds.sort(([b1, f1], [b2, f2]) => f1.rps / b1.rps - f2.rps / b2.rps)
-      const [b, first, through] = rounds[Math.floor(rounds.length / 2)]!
+      const [b, first] = rounds[Math.floor(rounds.length / 2)]!
+      const [throughBare, through] = throughs.get(app.name)!
       firstHono ??= first
       const spread = rounds.map(([rb, rf]) => (rf.rps / rb.rps).toFixed(2)).join(', ')
       const ratio = first.rps / b.rps
@@ -119,9 +132,9 @@ export async function smallViewsBench(ctx: Context): Promise<void> {
         value: fmtRps(through.rps),
         rss: through.rssGrowth,
         cpu: cpu(through),
-        ratio: through.rps / b.rps,
+        ratio: through.rps / throughBare.rps,
         status: '',
-        note: `of bare; ${lat(through)}; answered first: ${(first.rps / through.rps).toFixed(2)} x`,
+        note: `of bare (${fmtRps(throughBare.rps)} beside it, after the rounds); ${lat(through)}; answered first: ${(first.rps / through.rps).toFixed(2)} x`,
       })
     }
     const [b, h] = (await wrkEach([bareTarget, staticTarget], { ...wrkTimes(ctx), log: ctx.log })) as [WrkMeasured, WrkMeasured]
