@@ -156,7 +156,7 @@ describe.each(Object.keys(APPS) as Array<keyof typeof APPS>)('views answered bef
     if (dataDir) await rm(dataDir, { recursive: true, force: true })
   })
 
-  /** The request kinds: the fast path's own 24, and the CORS ones. */
+  /** The request kinds: the fast path's own 25, and the CORS ones. */
   async function kinds(): Promise<Array<[string, RequestInit?]>> {
     const first = await fetch(`${base}${ASSETS}/attach/view/${ids.small}`)
     const etag = first.headers.get('etag')!
@@ -206,7 +206,7 @@ describe.each(Object.keys(APPS) as Array<keyof typeof APPS>)('views answered bef
 
   it('answers every kind as the framework does, and the framework sees none of them', async () => {
     const cases = await kinds()
-    expect(cases).toHaveLength(38)
+    expect(cases).toHaveLength(39)
     const before: Answer[] = []
     for (const [path, init] of cases) before.push(await answer(base + ASSETS + path, init))
     const undo = serveViewsFirst(server, ref.storage, { cors: { origins: ref.cors!.origins, exposeHeaders: ref.cors!.exposeHeaders } })

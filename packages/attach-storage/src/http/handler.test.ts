@@ -707,6 +707,12 @@ for (const dialect of DIALECTS) {
         expect((await get(`/attach-temp/view/demo/private/${name}`)).status).toBe(403)
         // A guarded temporary file is its uploader's (user 7) only.
         expect((await get(`/attach-temp/view/demo/private/${name}?access_token=${await token('123')}`)).status).toBe(403)
+        // A token no header can carry (above U+00FF, a line break, a NUL) is no one's: 403, never a 500.
+        for (const bad of ['%E6%87%A6', `${await token('7')}%0A`, 'a%00b', '%F0%9F%98%80']) {
+          const res = await get(`/attach-temp/view/demo/private/${name}?access_token=${bad}`)
+          expect(res.status).toBe(403)
+          expect((await res.json()).code).toBe('forbidden')
+        }
         const ok = await get(`/attach-temp/view/demo/private/${name}?access_token=${await token('7')}`)
         expect(ok.status).toBe(200)
         expect(await ok.text()).toBe('tmp secret')

@@ -106,12 +106,16 @@ export async function mayReadTemporary(
  * file): the host's authenticator shown the request's Bearer token, or its `access_token` query
  * parameter (an `<img src>` carries no header). Null when there is neither, or the authenticator refuses.
  */
+/** What a header value may hold (Fetch: bytes, none of them NUL, CR or LF). */
+const HEADER_VALUE = /^[^\0\r\n\u0100-\uffff]*$/
+
 export async function callerOf(authenticate: Authenticate | undefined, request: Request): Promise<AuthUser | null> {
   if (!authenticate) return null
   let shown = request
   if (bearerToken(request) === undefined) {
     const t = new URL(request.url).searchParams.get('access_token')
-    if (!t) return null
+    // A token no header can carry (a character above U+00FF, a line break, a NUL) is no one's.
+    if (!t || !HEADER_VALUE.test(t)) return null
     shown = new Request(request.url, { method: 'GET', headers: { authorization: `Bearer ${t}` } })
   }
   try {

@@ -20,7 +20,7 @@ export interface ViewKindsInput {
   signedPath: string
 }
 
-/** The 24 kinds: paths below the assets prefix, with their request options. */
+/** The 25 kinds: paths below the assets prefix, with their request options. */
 export function viewKinds(k: ViewKindsInput): Array<[string, RequestInit?]> {
   const { ids } = k
   return [
@@ -45,6 +45,7 @@ export function viewKinds(k: ViewKindsInput): Array<[string, RequestInit?]> {
     [`/attach/view/${ids.private}`, { headers: k.owner }],
     [`/attach/view/${ids.private}?access_token=${k.ownerToken}`],
     [`/attach/view/${ids.private}?access_token=${k.otherToken}`],
+    [`/attach/view/${ids.private}?access_token=%E6%87%A6%0A`],
     [k.signedPath],
     [`${k.signedPath}x`],
     ['/attach/view/999999'],
