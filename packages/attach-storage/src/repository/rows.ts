@@ -191,7 +191,8 @@ export function mapRecord(r: RecordRow): AttachmentRecord {
 
 /** A record from the values of {@link RECORD_COLUMNS}, by their places in it. */
 export function recordOfValues(v: RecordValues): AttachmentRecord {
-  const [focusX, focusY] = [v[17], v[18]]
+  const focusX = v[17]
+  const focusY = v[18]
   return {
     id: toNumber(v[0]),
     refDomain: v[1],
