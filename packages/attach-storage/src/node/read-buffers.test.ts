@@ -27,14 +27,21 @@ describe('ReadBufferPool', () => {
     expect(pool.made).toBe(3)
   })
 
-  it('keeps at most 2 MiB per class, and refuses buffers it did not make', () => {
+  it('keeps at most 32 buffers per class, or 2 MiB of a small class, and refuses buffers it did not make', () => {
     const pool = new ReadBufferPool()
-    const taken = Array.from({ length: 40 }, () => pool.take(60_000)!)
-    for (const b of taken) pool.give(b)
-    const again = new Set(Array.from({ length: 40 }, () => pool.take(60_000)!))
-    // 32 of 64 KiB were kept; 8 more are new.
-    expect([...again].filter((b) => taken.includes(b))).toHaveLength(32)
-    expect(pool.made).toBe(48)
+    const kept = (length: number, count: number) => {
+      const taken = Array.from({ length: count }, () => pool.take(length)!)
+      for (const b of taken) pool.give(b)
+      const again = Array.from({ length: count }, () => pool.take(length)!)
+      for (const b of again) pool.give(b)
+      return again.filter((b) => taken.includes(b)).length
+    }
+    // 256 KiB: 32 kept (8 MiB), where 2 MiB would have kept 8; 8 more are new on the next 40.
+    expect(kept(200_000, 40)).toBe(32)
+    // 64 KiB: 32 are 2 MiB as well. 16 KiB: 128 fit in 2 MiB.
+    expect(kept(60_000, 40)).toBe(32)
+    expect(kept(10_000, 140)).toBe(128)
+    expect(pool.made).toBe(40 + 8 + 40 + 8 + 140 + 12)
     const odd = Buffer.alloc(50_000)
     pool.give(odd)
     pool.give(Buffer.alloc(1024))

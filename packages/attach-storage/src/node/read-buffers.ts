@@ -14,13 +14,21 @@ import { type ReadBuffers, SMALL_BODY } from '../http/serve.js'
 const SHARED_POOL_READ = 4096
 /** The largest size class: the largest body the handlers read whole (256 KiB, a power of two). */
 const LARGEST = SMALL_BODY
-/** What each size class keeps at most, in bytes, between answers. */
-const KEPT_PER_CLASS = 2 * 1024 * 1024
+/**
+ * What each size class keeps at most between answers: 32 buffers (the answers in flight at once under 32
+ * busy connections), or more of the small classes, up to 2 MiB. 20 MiB in all when every class is full.
+ * Kept by bytes alone (2 MiB, 8 buffers of 256 KiB), views of 211 KB under 32 connections made a new
+ * buffer for three views of four: full collections in every few seconds' run, 5,600 views a second at
+ * 220 µs each, against 6,700 at 170 µs with 32 kept.
+ */
+const KEPT_BUFFERS = 32
+const KEPT_BYTES = 2 * 1024 * 1024
 
 /**
  * A free list of buffers per power-of-two size class, from 8 KiB to 256 KiB. `take` answers a buffer of
  * at least the length asked (a new one when the class's list is empty), `give` puts it back once nothing
- * reads it any more; each class keeps at most 2 MiB. Smaller and larger reads are not pooled.
+ * reads it any more; each class keeps at most 32 buffers, or 2 MiB of the small ones. Smaller and larger
+ * reads are not pooled.
  */
 export class ReadBufferPool implements ReadBuffers {
   readonly #free: Buffer[][] = []
@@ -45,7 +53,7 @@ export class ReadBufferPool implements ReadBuffers {
       list = []
       this.#free[cls] = list
     }
-    if ((list.length + 1) * size <= KEPT_PER_CLASS) list.push(buffer)
+    if (list.length < KEPT_BUFFERS || (list.length + 1) * size <= KEPT_BYTES) list.push(buffer)
   }
 }
 
