@@ -150,3 +150,23 @@ export async function wrkEach(
   }
   return out
 }
+
+/**
+ * `base` and `subject` measured side by side in `count` rounds, the order reversed every other round, so
+ * that a ratio is only taken between neighbours: this machine's speed drifts by a third over tens of
+ * seconds. Sorted by the round's ratio of rates, subject over base: the median round is
+ * `rounds[count >> 1]`.
+ */
+export async function wrkRounds(
+  base: WrkTarget,
+  subject: WrkTarget,
+  count: number,
+  opts: Parameters<typeof wrkEach>[1],
+): Promise<Array<[base: WrkMeasured, subject: WrkMeasured]>> {
+  const rounds: Array<[WrkMeasured, WrkMeasured]> = []
+  for (let round = 0; round < count; round++) {
+    const [a, b] = (await wrkEach(round % 2 ? [subject, base] : [base, subject], opts)) as [WrkMeasured, WrkMeasured]
+    rounds.push(round % 2 ? [b, a] : [a, b])
+  }
+  return rounds.sort(([b1, s1], [b2, s2]) => s1.rps / b1.rps - s2.rps / b2.rps)
+}

@@ -14,7 +14,7 @@ import { median, request } from '../lib/http.js'
 import { startServer, type Server } from '../lib/proc.js'
 import { type Reference, startReference } from '../lib/reference.js'
 import { fmtCpuPerReq, fmtRps, judge, MiB, target, type Context } from '../lib/report.js'
-import { ensureWrk, type WrkMeasured, type WrkTarget, wrkEach } from '../lib/wrk.js'
+import { ensureWrk, type WrkMeasured, type WrkTarget, wrkEach, wrkRounds } from '../lib/wrk.js'
 
 export const SMALL = 50 * 1024
 
@@ -73,27 +73,21 @@ export async function smallViewsBench(ctx: Context): Promise<void> {
     // measured after all the rounds, each beside bare once: such a process (Express's grows by 50-70 MiB
     // under load) leaves its garbage to idle-time collections, which ran on the cores the next
     // measurement was using, and in rounds of three that was the app answering first in two of five.
-    const measuredApps: Array<{ app: (typeof apps)[number]; rounds: Array<[WrkMeasured, WrkMeasured]> }> = []
+    const measuredApps: Array<{
+      app: (typeof apps)[number]
+      rounds: Array<[WrkMeasured, WrkMeasured]>
+      through?: [WrkMeasured, WrkMeasured]
+    }> = []
     for (const app of apps) {
-      const rounds: Array<[WrkMeasured, WrkMeasured]> = []
-      for (let round = 0; round < (ctx.quick ? 1 : 5); round++) {
-        const order = [bareTarget, app.first]
-        const measured = await wrkEach(round % 2 ? [...order].reverse() : order, { ...wrkTimes(ctx), log: ctx.log })
-        const by = (t: WrkTarget) => measured.find((m) => m.label === t.label)!
-        rounds.push([by(bareTarget), by(app.first)])
-      }
-      measuredApps.push({ app, rounds })
+      measuredApps.push({ app, rounds: await wrkRounds(bareTarget, app.first, ctx.quick ? 1 : 5, { ...wrkTimes(ctx), log: ctx.log }) })
     }
-    const throughs = new Map<string, [WrkMeasured, WrkMeasured]>()
-    for (const { app } of measuredApps) {
-      const [tb, t] = (await wrkEach([bareTarget, app.through], { ...wrkTimes(ctx), log: ctx.log })) as [WrkMeasured, WrkMeasured]
-      throughs.set(app.name, [tb, t])
+    for (const m of measuredApps) {
+      m.through = (await wrkEach([bareTarget, m.app.through], { ...wrkTimes(ctx), log: ctx.log })) as [WrkMeasured, WrkMeasured]
     }
     let firstHono: WrkMeasured | undefined
-    for (const { app, rounds } of measuredApps) {
-      rounds.sort(([b1, f1], [b2, f2]) => f1.rps / b1.rps - f2.rps / b2.rps)
-      const [b, first] = rounds[Math.floor(rounds.length / 2)]!
-      const [throughBare, through] = throughs.get(app.name)!
+    for (const { app, rounds, through } of measuredApps) {
+      const [b, first] = rounds[rounds.length >> 1]!
+      const [throughBare, throughApp] = through!
       firstHono ??= first
       const spread = rounds.map(([rb, rf]) => (rf.rps / rb.rps).toFixed(2)).join(', ')
       const ratio = first.rps / b.rps
@@ -128,13 +122,13 @@ export async function smallViewsBench(ctx: Context): Promise<void> {
       ctx.add({
         scenario: 'views-50k',
         figure,
-        subject: `${through.label} (info: before)`,
-        value: fmtRps(through.rps),
-        rss: through.rssGrowth,
-        cpu: cpu(through),
-        ratio: through.rps / throughBare.rps,
+        subject: `${throughApp.label} (info: before)`,
+        value: fmtRps(throughApp.rps),
+        rss: throughApp.rssGrowth,
+        cpu: cpu(throughApp),
+        ratio: throughApp.rps / throughBare.rps,
         status: '',
-        note: `of bare (${fmtRps(throughBare.rps)} beside it, after the rounds); ${lat(through)}; answered first: ${(first.rps / through.rps).toFixed(2)} x`,
+        note: `of bare (${fmtRps(throughBare.rps)} beside it, after the rounds); ${lat(throughApp)}; answered first: ${(first.rps / throughApp.rps).toFixed(2)} x`,
       })
     }
     const [b, h] = (await wrkEach([bareTarget, staticTarget], { ...wrkTimes(ctx), log: ctx.log })) as [WrkMeasured, WrkMeasured]
