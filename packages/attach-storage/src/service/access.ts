@@ -101,14 +101,15 @@ export async function mayReadTemporary(
   return checkAccess(ctx, access, category, syntheticDescription(file.refDomain, file.refCategory, file.name))
 }
 
-/**
- * Who sends a request of the binary group, for the checks that need a user there (a guarded temporary
- * file): the host's authenticator shown the request's Bearer token, or its `access_token` query
- * parameter (an `<img src>` carries no header). Null when there is neither, or the authenticator refuses.
- */
 /** What a header value may hold (Fetch: bytes, none of them NUL, CR or LF). */
 const HEADER_VALUE = /^[^\0\r\n\u0100-\uffff]*$/
 
+/**
+ * Who sends a request of the binary group, for the checks that need a user there (a guarded temporary
+ * file): the host's authenticator shown the request's Bearer token, or its `access_token` query
+ * parameter (an `<img src>` carries no header). Null when there is neither, when the parameter is no
+ * header value, or when the authenticator refuses.
+ */
 export async function callerOf(authenticate: Authenticate | undefined, request: Request): Promise<AuthUser | null> {
   if (!authenticate) return null
   let shown = request
