@@ -268,16 +268,6 @@ export class Resizer {
   }
 
   /**
-   * The variant `key` when it is known to be in its store (looked at there within the last 30 s), else
-   * undefined: the commonest view of a variant, answered without an await. {@link variant} answers
-   * the same and more.
-   */
-  stored(store: Store, key: string): Variant | undefined {
-    const known = this.#known.get(`${store.name}\u0000${key}`)
-    return known && performance.now() - known.seenAt < KNOWN_FOR_MS ? known : undefined
-  }
-
-  /**
    * The variant for a request, made on first use; undefined when the original should be served as it is
    * (smaller than the box, not decodable, or `lookOnly` and not stored yet). Throws `busy` (503) when
    * `concurrency` resizes run and `queue` wait already.

@@ -143,17 +143,15 @@ export async function serveRecord(
       }
     }
     // HEAD makes no variant: a stored one answers its own headers, else the original's (see serveFile).
-    const variant =
-      ctx.resizer.stored(store, vkey) ??
-      (await ctx.resizer.variant(
-        store,
-        source.key,
-        vkey,
-        source.type,
-        resize,
-        (err) => ctx.logger.warn(`attach-storage: attachment ${r.id} could not be resized; serving the original`, err),
-        { lookOnly, storedFile: storedFileOf(ctx, r) },
-      ))
+    const variant = await ctx.resizer.variant(
+      store,
+      source.key,
+      vkey,
+      source.type,
+      resize,
+      (err) => ctx.logger.warn(`attach-storage: attachment ${r.id} could not be resized; serving the original`, err),
+      { lookOnly, storedFile: storedFileOf(ctx, r) },
+    )
     const named = resize.variant !== undefined ? category.variants.get(resize.variant) : undefined
     if (named && variant?.bytes && !variant.transient) {
       // Made by this view before its job ran: the lookup lists it from now on (the job finds it made).
