@@ -73,21 +73,16 @@ export async function smallViewsBench(ctx: Context): Promise<void> {
     // measured after all the rounds, each beside bare once: such a process (Express's grows by 50-70 MiB
     // under load) leaves its garbage to idle-time collections, which ran on the cores the next
     // measurement was using, and in rounds of three that was the app answering first in two of five.
-    const measuredApps: Array<{
-      app: (typeof apps)[number]
-      rounds: Array<[WrkMeasured, WrkMeasured]>
-      through?: [WrkMeasured, WrkMeasured]
-    }> = []
-    for (const app of apps) {
-      measuredApps.push({ app, rounds: await wrkRounds(bareTarget, app.first, ctx.quick ? 1 : 5, { ...wrkTimes(ctx), log: ctx.log }) })
-    }
-    for (const m of measuredApps) {
-      m.through = (await wrkEach([bareTarget, m.app.through], { ...wrkTimes(ctx), log: ctx.log })) as [WrkMeasured, WrkMeasured]
-    }
+    const roundsOf = []
+    for (const app of apps) roundsOf.push(await wrkRounds(bareTarget, app.first, ctx.quick ? 1 : 5, { ...wrkTimes(ctx), log: ctx.log }))
+    const throughs = []
+    for (const app of apps)
+      throughs.push((await wrkEach([bareTarget, app.through], { ...wrkTimes(ctx), log: ctx.log })) as [WrkMeasured, WrkMeasured])
     let firstHono: WrkMeasured | undefined
-    for (const { app, rounds, through } of measuredApps) {
+    for (const [i, app] of apps.entries()) {
+      const rounds = roundsOf[i]!
       const [b, first] = rounds[rounds.length >> 1]!
-      const [throughBare, throughApp] = through!
+      const [throughBare, throughApp] = throughs[i]!
       firstHono ??= first
       const spread = rounds.map(([rb, rf]) => (rf.rps / rb.rps).toFixed(2)).join(', ')
       const ratio = first.rps / b.rps
