@@ -6,6 +6,8 @@
  *   node --conditions=@attach-storage/source --import tsx bench/servers/s3.ts sdk <endpoint>
  *       the baseline: a bare node:http server using the S3 SDK alone. POST /upload streams the request
  *       body into an object with @aws-sdk/lib-storage's Upload; GET /<key> streams GetObject to the client.
+ *       With SDK_LOADS_APP=1 it first imports the reference app's modules (the Hono app and the S3 store),
+ *       never calling them: the same server with the heap an application gives it.
  */
 import http from 'node:http'
 import type { AddressInfo } from 'node:net'
@@ -35,6 +37,10 @@ if (mode === 's3rver') {
   process.on('SIGTERM', stop)
   process.on('SIGINT', stop)
 } else if (mode === 'sdk') {
+  if (process.env.SDK_LOADS_APP === '1') {
+    await import('../../examples/hono-app/src/app.js')
+    await import('../../packages/store-s3/src/index.js')
+  }
   const client = s3rverClient(arg!)
   let seq = 0
   listen(
