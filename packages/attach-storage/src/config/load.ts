@@ -1,4 +1,5 @@
 import { readFile } from 'node:fs/promises'
+import { parse as parseYaml } from 'yaml'
 import { configError } from '../errors.js'
 import { camelizeSettings } from './schema.js'
 
@@ -13,11 +14,9 @@ export async function loadConfigFile(path: string): Promise<Record<string, unkno
   } catch (err) {
     throw configError(`Cannot read the configuration file ${path}: ${(err as Error).message}`, err)
   }
-  // The YAML parser is imported only for a YAML file.
-  const parseYaml = /\.json$/i.test(path) ? undefined : (await import('yaml')).parse
   let tree: unknown
   try {
-    tree = parseYaml ? parseYaml(text) : JSON.parse(text)
+    tree = /\.json$/i.test(path) ? JSON.parse(text) : parseYaml(text)
   } catch (err) {
     throw configError(
       `The configuration file ${path} is not valid ${/\.json$/i.test(path) ? 'JSON' : 'YAML'}: ${(err as Error).message}`,

@@ -1,9 +1,9 @@
 import { rm } from 'node:fs/promises'
 import type { Readable } from 'node:stream'
+import sharp from 'sharp'
 import { parseSize } from '../config/units.js'
 import { isHeic, MAX_HEIC_BYTES, heicSize } from '../media/heic.js'
 import { spoolToFile } from '../media/resize.js'
-import { loadSharp } from '../media/sharp-loader.js'
 import { readAll } from '../stores/read-all.js'
 
 /** What a filter is shown of an uploaded file. Everything here is derived from the stored bytes. */
@@ -85,7 +85,7 @@ export async function imageDimensions(file: FileProbe): Promise<{ width: number;
   if (!file.type.startsWith('image/') || file.type === 'image/svg+xml') return undefined
   if (isHeic(file.type)) return heicDimensions(file)
   const read = async (input: Buffer | string) => {
-    const meta = await (await loadSharp())(input, { failOn: 'none' }).metadata()
+    const meta = await sharp(input, { failOn: 'none' }).metadata()
     if (!meta.width || !meta.height) return undefined
     const swap = meta.orientation !== undefined && meta.orientation >= 5
     return swap ? { width: meta.height, height: meta.width } : { width: meta.width, height: meta.height }

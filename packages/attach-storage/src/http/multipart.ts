@@ -1,13 +1,9 @@
 import { EventEmitter } from 'node:events'
 import { Readable, Transform, type TransformCallback } from 'node:stream'
-import type { Busboy, BusboyFileStream } from '@fastify/busboy'
+import { Busboy, type BusboyFileStream } from '@fastify/busboy'
 import { AttachStorageError, badRequest, tooLarge } from '../errors.js'
 import type { AttachStorage, ReceivedFile } from '../service/attach-storage.js'
 import { nodeRequestBodyOf } from './node-body.js'
-
-/** The multipart parser, imported at the first upload (a server that only serves never loads it). */
-const importBusboy = () => import('@fastify/busboy')
-let busboyModule: ReturnType<typeof importBusboy> | undefined
 
 /** What a multipart upload request carried: text fields and the files streamed into the temporary area. */
 export interface ReceivedUpload {
@@ -88,8 +84,6 @@ export async function receiveMultipart(
   }
   if (node) node.once('close', onNodeClose)
   else request.signal?.addEventListener('abort', onClientAbort, { once: true })
-  busboyModule ??= importBusboy()
-  const { Busboy: Parser } = await busboyModule
 
   let failure: unknown
   const fail = (err: unknown) => {
@@ -99,7 +93,7 @@ export async function receiveMultipart(
 
   let bb: InstanceType<typeof Busboy>
   try {
-    bb = new Parser({
+    bb = new Busboy({
       headers: { 'content-type': contentType },
       limits: {
         fileSize: maxFileSize,

@@ -5,7 +5,7 @@
  * cannot read is simply not analysed.
  */
 import { limitFamily } from './limits.js'
-import { loadSharp } from './sharp-loader.js'
+import sharp from 'sharp'
 import { rgbaToThumbHash } from 'thumbhash'
 import type { ImageMedia as MediaInfo } from '../model.js'
 import { readAll } from '../stores/read-all.js'
@@ -105,7 +105,6 @@ async function analyse(input: string | Buffer, type: string, options: AnalyseOpt
       .toBuffer({ resolveWithObject: true })
     return mediaOf(h.width, h.height, info, data)
   }
-  const sharp = await loadSharp()
   const open = () => sharp(input, { limitInputPixels: options.maxInputPixels, failOn: 'error' }).timeout({ seconds })
   const meta = await open().metadata()
   const swap = (meta.orientation ?? 1) >= 5

@@ -10,8 +10,7 @@
 import { readFile, stat } from 'node:fs/promises'
 import { createRequire } from 'node:module'
 import { Worker } from 'node:worker_threads'
-import type { Sharp } from 'sharp'
-import { loadSharp } from './sharp-loader.js'
+import sharp, { type Sharp } from 'sharp'
 
 /** The media types read here (as the sniffer names them). */
 const HEIC_TYPES = new Set(['image/heic', 'image/heif'])
@@ -263,7 +262,6 @@ export interface HeicLimits {
 export async function heicImage(input: string | Uint8Array, limits: HeicLimits): Promise<{ image: Sharp; width: number; height: number }> {
   const bytes = await heicBytes(input)
   const d = await heicDecoder().decode(bytes, limits.maxInputPixels, (limits.timeoutSeconds ?? 30) * 1000)
-  const sharp = await loadSharp()
   const image = sharp(Buffer.from(d.data.buffer, d.data.byteOffset, d.data.byteLength), {
     raw: { width: d.width, height: d.height, channels: d.channels },
     limitInputPixels: limits.maxInputPixels,

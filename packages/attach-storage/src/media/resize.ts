@@ -6,11 +6,10 @@ import { join } from 'node:path'
 import type { Readable } from 'node:stream'
 import { pipeline } from 'node:stream/promises'
 import pLimit, { type LimitFunction } from 'p-limit'
-import type { Metadata, Sharp } from 'sharp'
+import sharp, { type Metadata, type Sharp } from 'sharp'
 import { AttachStorageError, badRequest } from '../errors.js'
 import type { Store } from '../stores/store.js'
 import { HeicError, heicImage, isHeic } from './heic.js'
-import { loadSharp } from './sharp-loader.js'
 
 /** Largest `w` / `h` a client may ask for. */
 export const MAX_DIMENSION = 4096
@@ -456,7 +455,6 @@ export class Resizer {
     let path = store.localPath?.(originalKey)
     let spool: string | undefined
     try {
-      const sharp = await loadSharp()
       let opened: { pipeline: Sharp; width: number; height: number } | undefined
       if (isHeic(originalType)) {
         // HEIC: decoded in the HEIC worker (upright already); always converted, never served as it is.
@@ -559,5 +557,5 @@ async function readMetadataHead(store: Store, key: string, maxInputPixels: numbe
   } finally {
     stream.destroy()
   }
-  return (await loadSharp())(Buffer.concat(chunks), { limitInputPixels: maxInputPixels, failOn: 'none' }).metadata()
+  return sharp(Buffer.concat(chunks), { limitInputPixels: maxInputPixels, failOn: 'none' }).metadata()
 }

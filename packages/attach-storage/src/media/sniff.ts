@@ -1,8 +1,5 @@
+import { fileTypeFromBuffer } from 'file-type'
 import mime from 'mime'
-
-/** The signature reader, imported at the first sniff (with its tokenizers, about 1.7 MB of heap). */
-const importFileType = () => import('file-type')
-let fileTypeModule: ReturnType<typeof importFileType> | undefined
 
 /** How many leading bytes are kept for content sniffing. */
 export const SNIFF_BYTES = 64 * 1024
@@ -57,8 +54,6 @@ function looksLikeText(head: Uint8Array): boolean {
  * CSV and HTML is known as HTML); anything else is `application/octet-stream`.
  */
 export async function sniffType(head: Uint8Array, fileName: string): Promise<string> {
-  fileTypeModule ??= importFileType()
-  const { fileTypeFromBuffer } = await fileTypeModule
   const detected = await fileTypeFromBuffer(head).catch(() => undefined)
   if (detected) return detected.mime
   const byName = mime.getType(fileName) ?? undefined

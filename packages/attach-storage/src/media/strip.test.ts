@@ -76,7 +76,7 @@ describe('strip: JPEG', () => {
     const rotated = await canvas(64, 32).jpeg().withMetadata({ orientation: 6 }).withIccProfile('p3').toBuffer()
     expect((await planStrip(chunks(rotated), 'image/jpeg')).orientation).toBe(6)
     const out: Buffer[] = []
-    for await (const part of await reorient(Readable.from([rotated]), 'image/jpeg', 1e8)) out.push(part as Buffer)
+    for await (const part of reorient(Readable.from([rotated]), 'image/jpeg', 1e8)) out.push(part as Buffer)
     const meta = await sharp(Buffer.concat(out)).metadata()
     expect([meta.width, meta.height, meta.orientation, meta.exif]).toEqual([32, 64, undefined, undefined])
     expect(meta.icc).toBeDefined()

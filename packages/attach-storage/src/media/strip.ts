@@ -10,7 +10,7 @@
  * so a block that lies about its sizes or loops its IFDs costs nothing more than a well-formed one.
  */
 import { type Readable, Transform, type TransformCallback } from 'node:stream'
-import { loadSharp } from './sharp-loader.js'
+import sharp from 'sharp'
 
 /** The types whose metadata is stripped. */
 export const STRIPPABLE_TYPES: ReadonlySet<string> = new Set(['image/jpeg', 'image/png', 'image/webp'])
@@ -289,8 +289,7 @@ export async function* stripStream(source: AsyncIterable<Buffer | Uint8Array>, t
  * The picture turned upright (its EXIF orientation applied to the pixels) and re-encoded in its own
  * format at high quality, with its ICC profile and no other metadata.
  */
-export async function reorient(source: Readable, type: string, maxInputPixels: number): Promise<Readable> {
-  const sharp = await loadSharp()
+export function reorient(source: Readable, type: string, maxInputPixels: number): Readable {
   const image = sharp({ limitInputPixels: maxInputPixels, failOn: 'none' }).rotate().keepIccProfile()
   if (type === 'image/png') image.png()
   else if (type === 'image/webp') image.webp({ quality: 92 })

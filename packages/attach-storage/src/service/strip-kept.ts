@@ -82,7 +82,7 @@ export async function stripReceived(
             },
           )
         : await reencodes.of(ctx.config.resize.concurrency)(async () =>
-            ingest(tmp, staging, await reorient(await tmp.get(key), type, ctx.config.resize.maxInputPixels), { contentType: type }),
+            ingest(tmp, staging, reorient(await tmp.get(key), type, ctx.config.resize.maxInputPixels), { contentType: type }),
           )
     await tmp.move(staging, key)
     f.size = r.size
