@@ -150,6 +150,37 @@ describe('resize and filters: memory and leaks', () => {
     expect(await readdir(spoolDir)).toEqual([])
   })
 
+  it("with the size as shown known (a record's media), reads a remote original once, whole, and never its head", async () => {
+    const { store, streams, puts } = remoteStore(new Map([['o.jpg', photo]]))
+    const r = new Resizer({ maxInputPixels: 1e8, spoolDir })
+    const v = await r.variant(store, 'o.jpg', 'v/300x0', 'image/jpeg', req(300), () => {}, { size: { width: 3000, height: 2000 } })
+    const meta = await sharp(v!.bytes!).metadata()
+    expect([meta.width, meta.height]).toEqual([300, 200])
+    expect(puts).toEqual(['v/300x0'])
+    expect(streams.map((s) => s.range)).toEqual([undefined])
+    expect(await readdir(spoolDir)).toEqual([])
+  })
+
+  it('with the size as shown known, reads nothing of an original that needs no resize', async () => {
+    const { store, streams } = remoteStore(new Map([['o.jpg', photo]]))
+    const r = new Resizer({ maxInputPixels: 1e8, spoolDir })
+    expect(
+      await r.variant(store, 'o.jpg', 'v/4000x0', 'image/jpeg', req(4000), () => {}, { size: { width: 3000, height: 2000 } }),
+    ).toBeUndefined()
+    expect(streams).toEqual([])
+  })
+
+  it('a known size past the pixel bound is refused before anything is read', async () => {
+    const { store, streams } = remoteStore(new Map([['o.jpg', photo]]))
+    const r = new Resizer({ maxInputPixels: 1e6, spoolDir })
+    const errors: unknown[] = []
+    expect(
+      await r.variant(store, 'o.jpg', 'v/300x0', 'image/jpeg', req(300), (e) => errors.push(e), { size: { width: 3000, height: 2000 } }),
+    ).toBeUndefined()
+    expect(String(errors[0])).toMatch(/more than 1000000 pixels/)
+    expect(streams).toEqual([])
+  })
+
   it('destroys the source and removes the spool file when sharp fails on a corrupt original', async () => {
     // A valid header (3000×2000) followed by 0xFF bytes: the header reads, the decode fails. In the coded
     // data 0xFF starts a marker and further 0xFF bytes are fill, so the decoder reads on to the end of the

@@ -162,6 +162,12 @@ export interface VariantOptions {
   storedFile?: { id: string; variantFolders(): Promise<string[] | undefined> }
   /** Never stored (a temporary file's picture): made, served and kept in memory like a size past `maxVariants`. */
   unstored?: boolean
+  /**
+   * The original's size as shown (EXIF orientation applied), when known: a record's analysed media.
+   * Its header is then not read before the resize (for a remote store, no ranged read). sharp's pixel
+   * limit still bounds the decoding whatever it says.
+   */
+  size?: { width: number; height: number }
 }
 
 /** How a shared generation ended, for each caller to take in its own way. */
@@ -309,7 +315,16 @@ export class Resizer {
         const started = performance.now()
         observe?.resizeQueue(this.#limit.activeCount, this.#limit.pendingCount)
         try {
-          return await this.#make(store, originalKey, key, type, r, options.unstored ? 'unstored' : options.storedFile, originalType)
+          return await this.#make(
+            store,
+            originalKey,
+            key,
+            type,
+            r,
+            options.unstored ? 'unstored' : options.storedFile,
+            originalType,
+            options.size,
+          )
         } finally {
           observe?.resize((performance.now() - started) / 1000)
           // This one still counts as running until it returns.
@@ -445,6 +460,7 @@ export class Resizer {
     r: ResizeRequest,
     storedFile: VariantOptions['storedFile'] | 'unstored',
     originalType: string,
+    size: VariantOptions['size'],
   ): Promise<Variant | undefined> {
     // The stored file's stored-variant count is read while the image is decoded (none: never stored).
     const slotsReady =
@@ -455,6 +471,20 @@ export class Resizer {
     let path = store.localPath?.(originalKey)
     let spool: string | undefined
     try {
+      // The original's size as shown, from its header: a local file's, or a remote original's head
+      // (spooled whole first when the header is past the head: a TIFF's directory at the end).
+      const shownSize = async (): Promise<{ width?: number; height?: number }> => {
+        let meta: Metadata | undefined
+        if (path) meta = await sharp(path, { ...limits, failOn: 'none' }).metadata()
+        else meta = await readMetadataHead(store, originalKey, this.#options.maxInputPixels).catch(() => undefined)
+        if (!path && (!meta?.width || !meta.height)) {
+          path = spool = await spoolToFile(await store.get(originalKey), this.#options.spoolDir)
+          meta = await sharp(path, { ...limits, failOn: 'none' }).metadata()
+        }
+        if (!meta) throw new Error('the image has no header')
+        const swap = (meta.orientation ?? 1) >= 5
+        return swap ? { width: meta.height, height: meta.width } : { width: meta.width, height: meta.height }
+      }
       let opened: { pipeline: Sharp; width: number; height: number } | undefined
       if (isHeic(originalType)) {
         // HEIC: decoded in the HEIC worker (upright already); always converted, never served as it is.
@@ -462,18 +492,7 @@ export class Resizer {
         const h = await heicImage(path, { maxInputPixels: this.#options.maxInputPixels })
         opened = { pipeline: h.image, width: h.width, height: h.height }
       } else {
-        let meta: Metadata | undefined
-        if (path) meta = await sharp(path, { ...limits, failOn: 'none' }).metadata()
-        else meta = await readMetadataHead(store, originalKey, this.#options.maxInputPixels).catch(() => undefined)
-        if (!path && (!meta?.width || !meta.height)) {
-          // The header is past the head (a TIFF's directory at the end, large metadata blocks): spool first.
-          path = spool = await spoolToFile(await store.get(originalKey), this.#options.spoolDir)
-          meta = await sharp(path, { ...limits, failOn: 'none' }).metadata()
-        }
-        if (!meta) throw new Error('the image has no header')
-        const swap = (meta.orientation ?? 1) >= 5
-        const width = swap ? meta.height : meta.width
-        const height = swap ? meta.width : meta.height
+        const { width, height } = size ?? (await shownSize())
         if (!width || !height) throw new Error('the image has no dimensions')
         if (width * height > this.#options.maxInputPixels) throw new Error(`the image has more than ${this.#options.maxInputPixels} pixels`)
         // A cover box is exact: only an original of that very size needs nothing done.

@@ -13,7 +13,7 @@ import {
 } from '../media/resize.js'
 import { isHeic } from '../media/heic.js'
 import { sniffType } from '../media/sniff.js'
-import type { AttachmentRecord } from '../model.js'
+import type { AttachmentRecord, MediaInfo } from '../model.js'
 import { checkAccess, describeRecord, mayReadTemporary, signedFor, syntheticDescription } from './access.js'
 import type { ServiceContext } from './context.js'
 import { checkRefKey, parseDirectPath, SAVED_NAME, storeKey } from './layout.js'
@@ -150,7 +150,7 @@ export async function serveRecord(
       source.type,
       resize,
       (err) => ctx.logger.warn(`attach-storage: attachment ${r.id} could not be resized; serving the original`, err),
-      { lookOnly, storedFile: storedFileOf(ctx, r) },
+      { lookOnly, storedFile: storedFileOf(ctx, r), size: source.key === key ? shownSizeOf(r.media) : undefined },
     )
     const named = resize.variant !== undefined ? category.variants.get(resize.variant) : undefined
     if (named && variant?.bytes && !variant.transient) {
@@ -334,4 +334,10 @@ export async function resolveEditorImage(ctx: ServiceContext, input: EditorImage
   const { refCategory, yyyy, MM, savedName } = input
   const path = `/${EDITOR_DOMAIN}/${yyyy}/${MM}/_/${refCategory}/${savedName}`
   return resolveDirect(ctx, { refDomain: EDITOR_DOMAIN, refCategory, path }, access)
+}
+
+/** An image record's size as shown (its analysed media), which spares the resizer a header read. */
+function shownSizeOf(media: MediaInfo | null | undefined): { width: number; height: number } | undefined {
+  if (!media || !('placeholder' in media) || !(media.width > 0) || !(media.height > 0)) return undefined
+  return { width: media.width, height: media.height }
 }
