@@ -50,7 +50,7 @@ export async function resizeBench(ctx: Context): Promise<void> {
   let ours: Reference | undefined
   try {
     ours = await startReference(ctx.work, 100 * MiB)
-    const firstReps = ctx.quick ? 1 : 5
+    const firstReps = ctx.quick ? 1 : 9
     const recs = await ours.save(Array.from({ length: firstReps + 1 }, () => ({ path: photo, name: 'photo.jpg' })))
     const [warmRec, ...firstRecs] = recs as [(typeof recs)[0], ...typeof recs]
 
@@ -110,7 +110,7 @@ export async function resizeBench(ctx: Context): Promise<void> {
 
     // 4 different sizes in flight, rounds of fresh sizes, against sharp's own rate: blocks of rounds,
     // ours then sharp's, alternating, and the median of the blocks' rates (one block is short and noisy).
-    const blocks = ctx.quick ? 1 : 3
+    const blocks = ctx.quick ? 1 : 5
     const rounds = ctx.quick ? 1 : 4
     const widths = [400, 600, 1000, 1200]
     const oursRates: number[] = []
