@@ -243,38 +243,21 @@ export async function s3Bench(ctx: Context): Promise<void> {
       ['upload', upRates, upMem],
       ['view', viewRates, viewMem],
     ] as const) {
-      const r0 = median(rates[0]!)
-      const r1 = median(rates[1]!)
+      const [r0, r1, r2] = rates.map((r) => median(r)) as [number, number, number]
       const fig = `${what} ${ctx.quick ? 16 : 256} MiB via S3`
-      ctx.add({
+      // One server's row: its median rate, peak RSS growth and CPU per GiB.
+      const row = (which: 0 | 1 | 2, subject: string, rate: number) => ({
         scenario: 's3',
         figure: fig,
-        subject: `attach-storage (S3 store)`,
-        value: fmtRate(r0),
-        rss: mem[0]!.growth,
-        cpu: fmtCpuPerGiB(mem[0]!.cpu, size * reps),
-        status: '',
+        subject,
+        value: fmtRate(rate),
+        rss: mem[which]!.growth,
+        cpu: fmtCpuPerGiB(mem[which]!.cpu, size * reps),
       })
-      const ratio = r0 / r1
+      ctx.add({ ...row(0, 'attach-storage (S3 store)', r0), status: '' })
+      ctx.add({ ...row(1, 'S3 SDK alone', r1), ratio: r0 / r1, target: target('>=', 0.9), status: judge(r0 / r1, '>=', 0.9) })
       ctx.add({
-        scenario: 's3',
-        figure: fig,
-        subject: 'S3 SDK alone',
-        value: fmtRate(r1),
-        rss: mem[1]!.growth,
-        cpu: fmtCpuPerGiB(mem[1]!.cpu, size * reps),
-        ratio,
-        target: target('>=', 0.9),
-        status: judge(ratio, '>=', 0.9),
-      })
-      const r2 = median(rates[2]!)
-      ctx.add({
-        scenario: 's3',
-        figure: fig,
-        subject: "S3 SDK alone, the reference app's modules loaded (info)",
-        value: fmtRate(r2),
-        rss: mem[2]!.growth,
-        cpu: fmtCpuPerGiB(mem[2]!.cpu, size * reps),
+        ...row(2, "S3 SDK alone, the reference app's modules loaded (info)", r2),
         ratio: r0 / r2,
         status: '',
         note: 'ours against it: the SDK server after importing the Hono app and the S3 store, never calling them',
