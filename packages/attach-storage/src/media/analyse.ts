@@ -77,12 +77,30 @@ export interface Analysis {
 export async function explainImage(input: string | Buffer, type: string, options: AnalyseOptions): Promise<Analysis> {
   if (!isAnalysed(type) || analysisBusy(options)) return { media: null }
   return analyses
-    .of(options.concurrency ?? 2)(async () => ({ media: await analyse(input, type, options) }))
+    .of(options.concurrency ?? 2)(async () => {
+      // libvips keeps one error buffer for the whole process: a decode that fails while others run may
+      // find its message cleared ("Unknown error"). Such a failure is decoded again, up to twice, so that
+      // a truncated picture is named as one rather than taken as "not analysed".
+      for (let attempt = 1; ; attempt++) {
+        try {
+          return { media: await analyse(input, type, options) }
+        } catch (err) {
+          if (attempt >= DECODE_ATTEMPTS || !lostMessage(err)) throw err
+        }
+      }
+    })
     .catch((err: unknown) => {
+      if (lostMessage(err)) return { media: null, problem: 'the image could not be decoded (the decoder gave no reason)' }
       const message = err instanceof Error ? err.message : String(err)
       return isProblem(err, message) ? { media: null, problem: message } : { media: null }
     })
 }
+
+/** Decodes of one analysis when the decoder's message is lost (see {@link explainImage}). */
+const DECODE_ATTEMPTS = 3
+
+/** A sharp failure whose message libvips lost to another thread's decode. */
+const lostMessage = (err: unknown): boolean => err instanceof Error && /^\s*unknown error\s*$/i.test(err.message)
 
 /** True when the decoder's error is about the file (not about the moment: a queue, a timeout). */
 function isProblem(err: unknown, message: string): boolean {

@@ -198,7 +198,11 @@ describe('HEIC photos through the handlers (sqlite, local store)', () => {
     const { files } = await res.json()
     expect(files[0].error).toEqual({ code: 'corrupt', message: expect.stringMatching(/^cut\.heic: HEIC: .*(end of file|bounds)/i) })
     expect(files[1].error).toEqual({ code: 'corrupt', message: expect.stringContaining('bomb.heic: HEIC: 100000×100000 is more than') })
-    expect(files[2].error).toEqual({ code: 'corrupt', message: expect.stringMatching(/^cut\.jpg: .*(premature end|truncated)/i) })
+    // (Named, unless libvips lost the decoder's message three times in a row: see analyse.test.ts.)
+    expect(files[2].error).toEqual({
+      code: 'corrupt',
+      message: expect.stringMatching(/^cut\.jpg: .*(premature end|truncated|the decoder gave no reason)/i),
+    })
     expect(await temporary()).toEqual(before)
   })
 
