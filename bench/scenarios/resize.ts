@@ -4,7 +4,7 @@
  *   - the first request of a size (variant made, stored, then served) against one direct resize;
  *   - 4 different sizes in flight against 4 direct resizes in flight (resizes per second);
  *   - a cached variant against a plain view of a file of the same bytes (wrk);
- *   - ten identical concurrent first requests: how many variant files the store holds afterwards.
+ *   - ten identical concurrent first requests: how many variant files the store holds once written.
  * When the server answers the original (no resize support yet) the scenario prints SKIPPED.
  */
 import { execFile } from 'node:child_process'
@@ -176,7 +176,15 @@ export async function resizeBench(ctx: Context): Promise<void> {
     if (ten.some((r) => r.status !== 200 || r.width !== 900) || lengths.size !== 1) {
       throw new Error(`ten identical requests: statuses ${ten.map((r) => r.status).join(',')}, ${lengths.size} different lengths`)
     }
-    const made = (await listFiles(filesDir)).filter((f) => !before.has(f) && !f.endsWith('.partial'))
+    // The variant is answered from its bytes while it is written: wait (5 s at most) until a new file is
+    // there and no write is in progress, then count.
+    const newFiles = async () => (await listFiles(filesDir)).filter((f) => !before.has(f))
+    for (let waited = 0; waited < 5000; waited += 20) {
+      const now = await newFiles()
+      if (now.length && !now.some((f) => f.endsWith('.partial'))) break
+      await new Promise((r) => setTimeout(r, 20))
+    }
+    const made = (await newFiles()).filter((f) => !f.endsWith('.partial'))
     ctx.add({
       scenario,
       figure: '10 identical first requests',

@@ -6,7 +6,7 @@ import { rm, writeFile, mkdtemp } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import sharp from 'sharp'
-import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest'
 import { startS3rver, type TestS3Server } from '../../../packages/store-s3/src/test-server.js'
 import { pgDatabase, sign, start, walk, type Running } from './helpers.js'
 
@@ -96,7 +96,8 @@ describe('two instances on one PostgreSQL database and one S3 store', () => {
     // A resize variant is made by B and stored in the same S3 store; A serves it from there.
     const small = await fetch(`${b.base}/assets/storage/attach/view/${rec.id}?w=300`)
     expect((await sharp(Buffer.from(await small.arrayBuffer())).metadata()).width).toBe(300)
-    expect((await bucketKeys(s3)).some((k) => k.endsWith(`_v/${rec.id}/300x0`))).toBe(true)
+    // Written behind the answer.
+    await vi.waitFor(async () => expect((await bucketKeys(s3)).some((k) => k.endsWith(`_v/${rec.id}/300x0`))).toBe(true))
     expect(a.ref.storage.resizer.generated).toBe(0)
     const again = await fetch(`${a.base}/assets/storage/attach/view/${rec.id}?w=300`)
     expect((await sharp(Buffer.from(await again.arrayBuffer())).metadata()).width).toBe(300)

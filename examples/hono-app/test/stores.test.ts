@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import sharp from 'sharp'
 import type { Store, StoreFactory } from 'attach-storage'
-import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest'
 import { startS3rver } from '../../../packages/store-s3/src/test-server.js'
 import { connectionString, startAzurite } from '../../../packages/store-azure/src/test-azurite.js'
 import { startTestSshd } from '../../../packages/store-sftp/src/test-sshd.js'
@@ -129,7 +129,8 @@ for (const [type, startRemote] of Object.entries(REMOTES)) {
 
       const small = await fetch(`${srv.base}/assets/storage/attach/view/${rec.id}?w=300`)
       expect((await sharp(Buffer.from(await small.arrayBuffer())).metadata()).width).toBe(300)
-      expect(await keys(inside)).toEqual([key, `${rec.savedDir.slice(1)}_v/${rec.id}/300x0`].sort())
+      // Written behind the answer.
+      await vi.waitFor(async () => expect(await keys(inside)).toEqual([key, `${rec.savedDir.slice(1)}_v/${rec.id}/300x0`].sort()))
 
       const del = await fetch(`${srv.base}/api/storage/attach`, {
         method: 'POST',

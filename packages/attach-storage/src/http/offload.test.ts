@@ -135,6 +135,8 @@ describe('serve: x-accel-redirect, through nginx', () => {
     expect(made.status).toBe(200)
     expect(made.headers.get('content-type')).toBe('image/png')
     const first = new Uint8Array(await made.arrayBuffer())
+    // Answered from its bytes while the write went on; once written, nginx sends it.
+    await kit.storage.resizer.settled()
     const header = await kit.call(`${ASSETS}/attach/view/${imageId}?w=20`)
     expect(header.headers.get('x-accel-redirect')).toMatch(new RegExp(`/_v/${imageId}/20x0$`))
     const stored = await fetch(`${nginx.url}${ASSETS}/attach/view/${imageId}?w=20`)

@@ -1,15 +1,13 @@
-import { randomUUID } from 'node:crypto'
-import { createWriteStream } from 'node:fs'
 import { rm } from 'node:fs/promises'
-import { tmpdir } from 'node:os'
-import { join } from 'node:path'
-import type { Readable } from 'node:stream'
-import { pipeline } from 'node:stream/promises'
 import pLimit, { type LimitFunction } from 'p-limit'
 import sharp, { type Metadata, type Sharp } from 'sharp'
 import { AttachStorageError, badRequest } from '../errors.js'
 import type { Store } from '../stores/store.js'
 import { HeicError, heicImage, isHeic } from './heic.js'
+import { KeptSizes } from './kept-sizes.js'
+import { readMetadataHead, spoolToFile } from './spool.js'
+
+export { METADATA_HEAD_BYTES, spoolToFile } from './spool.js'
 
 /** Largest `w` / `h` a client may ask for. */
 export const MAX_DIMENSION = 4096
@@ -108,7 +106,10 @@ export interface Variant {
   key: string
   size: number
   type: string
-  /** The bytes, when this request just made the variant (stored already; served without a re-read). */
+  /**
+   * The bytes, when this request just made the variant (served without a re-read; the write to its
+   * store may still be going on: see {@link Resizer.settled}).
+   */
   bytes?: Buffer
   /**
    * Made on the fly and not stored: the attachment has `maxVariants` stored variants already. `key` is
@@ -141,6 +142,8 @@ export interface ResizerOptions {
   memoryTtl?: number
   /** Most bytes those kept sizes hold in all; the least recently served go first. `0`: none kept. @default 64 MiB */
   memoryBytes?: number
+  /** Told when a variant was made and served but its store refused it (it is made again next time). */
+  onUnstored?: (key: string, err: unknown) => void
 }
 
 /** What one call of {@link Resizer.variant} may do. */
@@ -171,16 +174,25 @@ export interface VariantOptions {
 }
 
 /** How a shared generation ended, for each caller to take in its own way. */
-type Outcome = { ok: true; variant: Variant | undefined } | { ok: false; error: unknown }
+type Outcome = { ok: true; variant: Variant | undefined; unstored?: unknown } | { ok: false; error: unknown }
+
+/** One generation in progress: `made` once its bytes are (or it failed), `stored` once they are written too. */
+interface Flight {
+  made: Promise<Outcome>
+  stored: Promise<Outcome>
+}
+
+/** What a generation made: the variant, and the stored-variant slot reserved for it when it is to be written. */
+interface Made {
+  variant: Variant & { bytes: Buffer }
+  reserved?: Slots
+}
 
 /** How long a variant found in its store is served without looking again (one `stat` per variant per period). */
 const KNOWN_FOR_MS = 30_000
 
 /** Seconds a client is told to wait (`Retry-After`) when the resize queue is full. */
 export const BUSY_RETRY_AFTER = 2
-
-/** Bytes of a remote original read for its header before deciding whether it needs a resize. */
-export const METADATA_HEAD_BYTES = 512 * 1024
 
 /** The answer past the resize queue: 503 `busy` with `Retry-After`. */
 export const busy = (): AttachStorageError =>
@@ -217,12 +229,6 @@ interface SlotEntry {
   folders: Set<string>
 }
 
-/** A size made and not stored, kept in memory until `expires`. */
-interface Kept {
-  variant: Variant & { bytes: Buffer }
-  expires: number
-}
-
 /**
  * Makes resized variants through the attachment's own store: read the original, apply EXIF orientation,
  * fit inside the box without distortion and never upscale (or, `fit: 'cover'`, fill the exact box and crop
@@ -237,7 +243,11 @@ interface Kept {
  * spooled to a temporary file, so the decoder never buffers a stream.
  */
 export class Resizer {
-  readonly #inflight = new Map<string, Promise<Outcome>>()
+  readonly #inflight = new Map<string, Flight>()
+  /** Variants made and being written to their store now. */
+  #storing = 0
+  /** Called once nothing is in flight ({@link settled}). */
+  readonly #idle: Array<() => void> = []
   /** Keys whose original needs no resize or cannot be decoded: serve the original. */
   readonly #asOriginal = new Map<string, true>()
   /** Variants known to be in their store: a cached view costs no store round trip to find it. */
@@ -245,10 +255,7 @@ export class Resizer {
   /** Stored variants per stored file (`{store}\0file:{id}`), or per record (`{store}\0{variantPrefix}`). */
   readonly #slots = new Map<string, SlotEntry>()
   /** Sizes made and not stored, by original and size (`{store}\0{originalKey}\0{w}x{h}[.{format}]`), least recently served first. */
-  readonly #kept = new Map<string, Kept>()
-  #keptBytes = 0
-  readonly #memoryTtl: number
-  readonly #memoryBytes: number
+  readonly #kept: KeptSizes<Variant & { bytes: Buffer }>
   readonly #options: ResizerOptions
   readonly #maxVariants: number
   readonly #admitted: number
@@ -261,8 +268,7 @@ export class Resizer {
   constructor(options: ResizerOptions) {
     this.#options = options
     this.#maxVariants = options.maxVariants ?? 16
-    this.#memoryTtl = options.memoryTtl ?? 600_000
-    this.#memoryBytes = options.memoryBytes ?? 64 * 1024 * 1024
+    this.#kept = new KeptSizes(options.memoryTtl ?? 600_000, options.memoryBytes ?? 64 * 1024 * 1024)
     const concurrency = options.concurrency ?? 2
     this.#admitted = concurrency + (options.queue ?? 16)
     this.#limit = pLimit(concurrency)
@@ -295,7 +301,7 @@ export class Resizer {
     // A size made lately and not stored is served from memory (a named variant is always stored).
     const keptKey = `${store.name}\u0000${originalKey}\u0000${key.slice(key.lastIndexOf('/') + 1)}`
     if (r.variant === undefined && !options.background) {
-      const kept = this.#keep(keptKey)
+      const kept = this.#kept.get(keptKey)
       if (kept) return kept
     }
     const type = variantType(originalType, r)
@@ -305,51 +311,98 @@ export class Resizer {
     } catch {
       // Not made yet.
     }
-    if (options.lookOnly) return undefined
-    let p = this.#inflight.get(cacheKey)
-    if (!p) {
-      // Admission: identical requests share one generation above; a new one needs room in the queue.
-      if (!options.background && this.#limit.activeCount + this.#limit.pendingCount >= this.#admitted) throw busy()
+    if (options.lookOnly) {
+      // Made by a request just now and still being written: its headers already.
+      const made = await this.#inflight.get(cacheKey)?.made
+      return made?.ok ? made.variant : undefined
+    }
+    let flight = this.#inflight.get(cacheKey)
+    if (!flight) {
+      // Admission: identical requests share one generation above; a new one needs room in the queue
+      // (variants still being written count: their bytes are held until then).
+      if (!options.background && this.#limit.activeCount + this.#limit.pendingCount + this.#storing >= this.#admitted) throw busy()
       const observe = this.#options.observe
-      p = this.#limit(async () => {
+      const storedFile = options.unstored ? 'unstored' : options.storedFile
+      // The slot bounds the decoding and encoding (CPU and memory) only: the write to the store
+      // runs after it is given back.
+      const made = this.#limit(async () => {
         const started = performance.now()
         observe?.resizeQueue(this.#limit.activeCount, this.#limit.pendingCount)
         try {
-          return await this.#make(
-            store,
-            originalKey,
-            key,
-            type,
-            r,
-            options.unstored ? 'unstored' : options.storedFile,
-            originalType,
-            options.size,
-          )
+          return await this.#make(store, originalKey, key, type, r, storedFile, originalType, options.size)
         } finally {
           observe?.resize((performance.now() - started) / 1000)
           // This one still counts as running until it returns.
           observe?.resizeQueue(Math.max(0, this.#limit.activeCount - 1), this.#limit.pendingCount)
         }
       })
-        .then(
-          (v): Outcome => {
-            if (v && !v.transient) this.#remember_(cacheKey, { key: v.key, size: v.size, type: v.type })
-            if (v?.transient && v.bytes) this.#keep(keptKey, v as Variant & { bytes: Buffer })
-            return { ok: true, variant: v }
-          },
+      const stored = made.then(async (m): Promise<Outcome> => {
+        if (!m?.reserved) return { ok: true, variant: m?.variant }
+        try {
+          await store.put(key, m.variant.bytes, { contentType: m.variant.type })
+        } catch (error) {
+          m.reserved.count--
+          return { ok: true, variant: m.variant, unstored: error }
+        } finally {
+          m.reserved.pending--
+          this.#storing--
+        }
+        return { ok: true, variant: m.variant }
+      })
+      flight = {
+        made: made.then(
+          (m): Outcome => ({ ok: true, variant: m?.variant }),
           (error: unknown): Outcome => ({ ok: false, error }),
-        )
-        .finally(() => this.#inflight.delete(cacheKey))
-      this.#inflight.set(cacheKey, p)
+        ),
+        stored: stored
+          .then(
+            (o): Outcome => {
+              const v = o.ok ? o.variant : undefined
+              if (o.ok && o.unstored !== undefined) this.#options.onUnstored?.(key, o.unstored)
+              else if (v && !v.transient) this.#remember_(cacheKey, { key: v.key, size: v.size, type: v.type })
+              if (v?.transient && v.bytes) this.#kept.keep(keptKey, v as Variant & { bytes: Buffer })
+              return o
+            },
+            (error: unknown): Outcome => ({ ok: false, error }),
+          )
+          .finally(() => {
+            this.#inflight.delete(cacheKey)
+            if (this.#inflight.size === 0) for (const settle of this.#idle.splice(0)) settle()
+          }),
+      }
+      this.#inflight.set(cacheKey, flight)
     }
-    const outcome = await p
-    if (outcome.ok) return outcome.variant
+    // A view is answered from the bytes as soon as they are made; the store write goes on behind it
+    // (a variant is a cache: lost, it is made again). A job, and a view that makes a named variant (it
+    // is recorded as made), wait for the write.
+    const outcome = await (options.background || r.variant !== undefined ? flight.stored : flight.made)
+    if (outcome.ok) {
+      if (outcome.unstored === undefined) return outcome.variant
+      if (options.background) throw outcome.unstored
+      // Made and not stored: served from its bytes this once; the next request makes it again.
+      return { ...outcome.variant!, transient: true }
+    }
     if (options.background) throw outcome.error
     // A HEIC decode that waited or ran too long is worth another try: 503, nothing remembered.
     if (outcome.error instanceof HeicError && (outcome.error.code === 'busy' || outcome.error.code === 'timeout')) throw busy()
     onError(outcome.error)
     this.#remember(cacheKey)
     return undefined
+  }
+
+  /** Resolves once no variant is being made or written (for shutdown and tests). */
+  settled(): Promise<void> {
+    if (this.#inflight.size === 0) return Promise.resolve()
+    return new Promise((resolve) => this.#idle.push(resolve))
+  }
+
+  /**
+   * Resolves once no variant under `prefix` (a record's variant folder) is being made or written: called
+   * before the folder's files are deleted, so that none lands after them.
+   */
+  async settledUnder(storeName: string, prefix: string): Promise<void> {
+    const start = `${storeName}\u0000${prefix}`
+    await Promise.all([...this.#inflight].filter(([k]) => k.startsWith(start)).map(([, f]) => f.stored))
   }
 
   /** Variants are deleted only with their record, whose lookup fails first; forgetting is for memory. */
@@ -369,43 +422,9 @@ export class Resizer {
     for (const [k, e] of this.#slots) if (k.startsWith(`${storeName}\u0000`) && e.folders.has(prefix)) this.#slots.delete(k)
   }
 
-  /**
-   * The size kept in memory under `keptKey` (undefined when none, or expired), or, with `made`, keeps
-   * it: evicting the least recently served until the bytes fit in `memoryBytes`.
-   */
-  #keep(keptKey: string, made?: Variant & { bytes: Buffer }): Variant | undefined {
-    const now = performance.now()
-    if (!made) {
-      const kept = this.#kept.get(keptKey)
-      if (!kept) return undefined
-      this.#kept.delete(keptKey)
-      if (kept.expires <= now) {
-        this.#keptBytes -= kept.variant.bytes.length
-        return undefined
-      }
-      this.#kept.set(keptKey, kept)
-      return kept.variant
-    }
-    const size = made.bytes.length
-    if (this.#memoryTtl <= 0 || size > this.#memoryBytes) return made
-    const old = this.#kept.get(keptKey)
-    if (old) {
-      this.#kept.delete(keptKey)
-      this.#keptBytes -= old.variant.bytes.length
-    }
-    for (const [k, e] of this.#kept) {
-      if (this.#keptBytes + size <= this.#memoryBytes && e.expires > now) break
-      this.#kept.delete(k)
-      this.#keptBytes -= e.variant.bytes.length
-    }
-    this.#kept.set(keptKey, { variant: made, expires: now + this.#memoryTtl })
-    this.#keptBytes += size
-    return made
-  }
-
   /** Bytes of the sizes kept in memory now (for tests and metrics). */
   get keptBytes(): number {
-    return this.#keptBytes
+    return this.#kept.bytes
   }
 
   #remember(cacheKey: string): void {
@@ -461,7 +480,7 @@ export class Resizer {
     storedFile: VariantOptions['storedFile'] | 'unstored',
     originalType: string,
     size: VariantOptions['size'],
-  ): Promise<Variant | undefined> {
+  ): Promise<Made | undefined> {
     // The stored file's stored-variant count is read while the image is decoded (none: never stored).
     const slotsReady =
       storedFile === 'unstored' ? Promise.resolve(undefined) : this.#slotsOf(store, key.slice(0, key.lastIndexOf('/') + 1), storedFile)
@@ -525,56 +544,18 @@ export class Resizer {
       const slots = await slotsReady
       if (r.variant === undefined && (!slots || slots.count >= this.#maxVariants)) {
         this.transient++
-        return { key, size: bytes.length, type, bytes, transient: true }
+        return { variant: { key, size: bytes.length, type, bytes, transient: true } }
       }
+      // Written by the caller once this slot is given back; counted from now, so no other request of
+      // this process takes the same slot.
+      this.#storing++
       if (slots) {
         slots.count++
         slots.pending++
       }
-      try {
-        await store.put(key, bytes, { contentType: type })
-      } catch (err) {
-        if (slots) slots.count--
-        throw err
-      } finally {
-        if (slots) slots.pending--
-      }
-      return { key, size: bytes.length, type, bytes }
+      return { variant: { key, size: bytes.length, type, bytes }, reserved: slots ?? { count: 0, pending: 0 } }
     } finally {
       if (spool) await rm(spool, { force: true }).catch(() => undefined)
     }
   }
-}
-
-/**
- * Copies a stream into a new temporary file (mode 0600) and resolves with its path; the caller deletes
- * it. On any failure the source is destroyed and the partial file removed.
- */
-export async function spoolToFile(source: Readable, dir: string = tmpdir()): Promise<string> {
-  const path = join(dir, `.attach-spool-${randomUUID()}`)
-  try {
-    await pipeline(source, createWriteStream(path, { flags: 'wx', mode: 0o600 }))
-    return path
-  } catch (err) {
-    source.destroy()
-    await rm(path, { force: true }).catch(() => undefined)
-    throw err
-  }
-}
-
-/** The header of a remote original, read from its first {@link METADATA_HEAD_BYTES} only. */
-async function readMetadataHead(store: Store, key: string, maxInputPixels: number): Promise<Metadata> {
-  const stream = await store.get(key, { start: 0, end: METADATA_HEAD_BYTES - 1 })
-  const chunks: Buffer[] = []
-  let size = 0
-  try {
-    for await (const c of stream) {
-      chunks.push(c as Buffer)
-      size += (c as Buffer).length
-      if (size >= METADATA_HEAD_BYTES) break
-    }
-  } finally {
-    stream.destroy()
-  }
-  return sharp(Buffer.concat(chunks), { limitInputPixels: maxInputPixels, failOn: 'none' }).metadata()
 }

@@ -58,6 +58,8 @@ describe('Prometheus metrics (attach-storage/metrics)', () => {
     const viewed = (await view.arrayBuffer()).byteLength
     const small = await kit.call(`/assets/storage/attach/view/${rec.id}?w=60`)
     await small.arrayBuffer()
+    // The variant is written behind its answer: its store call counts once written.
+    await kit.storage.resizer.settled()
     expect((await kit.call('/assets/storage/attach/view/999999')).status).toBe(404)
     expect((await kit.call('/api/storage/attach/tmp', { method: 'POST', user: null })).status).toBe(401)
     // A store that fails: a read through it is a store error, and a 500 of the route.

@@ -167,6 +167,7 @@ export class AttachStorage {
       queue: this.config.resize.queue,
       memoryTtl: this.config.resize.memoryTtl,
       memoryBytes: this.config.resize.memoryBytes,
+      onUnstored: (key, err) => this.logger.warn(`attach-storage: variant ${key} was served but could not be stored`, err),
     })
     this.#events = new EventHub(this.logger)
     for (const [event, hook] of Object.entries(options.on ?? {})) {
@@ -300,6 +301,8 @@ export class AttachStorage {
     if (!this.#init) return
     await this.#init.catch(() => undefined)
     await this.drainEvents()
+    // Variants answered already and still being written finish first.
+    await this.resizer.settled()
     const ctx = this.#ctx
     if (!ctx) return
     await ctx.variantJobs?.stop()

@@ -252,6 +252,7 @@ async function dropCoverCrops(ctx: ServiceContext, r: AttachmentRecord): Promise
   try {
     const store = ctx.store(r.store)
     const prefix = variantPrefix(storeKey(r.savedDir, ''), r.id)
+    await ctx.resizer.settledUnder(store.name, prefix)
     for await (const e of store.list(prefix)) if (/^\d+x\d+c/.test(e.key.slice(prefix.length))) await store.delete(e.key)
     ctx.resizer.forget(store.name, prefix)
   } catch (err) {
@@ -282,6 +283,8 @@ export async function dropVariants(ctx: ServiceContext, r: AttachmentRecord): Pr
   try {
     const store = ctx.store(r.store)
     const prefix = variantPrefix(storeKey(r.savedDir, ''), r.id)
+    // A variant answered already and still being written lands first, then goes with the others.
+    await ctx.resizer.settledUnder(store.name, prefix)
     ctx.resizer.forget(store.name, prefix)
     for await (const e of store.list(prefix)) await store.delete(e.key)
   } catch (err) {

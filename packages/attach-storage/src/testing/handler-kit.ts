@@ -35,7 +35,7 @@ export interface Kit {
   baseDir: string
   tmpDir: string
   warnings: string[]
-  /** Every file under a directory, as relative paths. */
+  /** Every file under a directory, as relative paths, once every variant already answered is written. */
   files(dir?: string): Promise<string[]>
   call(path: string, init?: RequestInit & { user?: string | null }): Promise<Response>
   upload(path: string, parts: Array<[string, string | Blob, string?]>, user?: string | null): Promise<Response>
@@ -108,6 +108,7 @@ export async function makeKit(
     tmpDir,
     warnings,
     async files(d = baseDir) {
+      await storage.resizer.settled()
       const out: string[] = []
       const walk = async (p: string) => {
         let entries: Dirent[]
