@@ -13,12 +13,12 @@ import {
 } from '../media/resize.js'
 import { isHeic } from '../media/heic.js'
 import { sniffType } from '../media/sniff.js'
-import type { AttachmentRecord, MediaInfo } from '../model.js'
+import type { AttachmentRecord } from '../model.js'
 import { checkAccess, describeRecord, mayReadTemporary, signedFor, syntheticDescription } from './access.js'
 import type { ServiceContext } from './context.js'
 import { checkRefKey, parseDirectPath, SAVED_NAME, storeKey } from './layout.js'
 import { applyFilters } from './records.js'
-import { namedResize, recordNamedVariant } from './variants.js'
+import { namedResize, recordNamedVariant, shownSizeOf } from './variants.js'
 import { madePreview, previewKindOf } from './previews.js'
 import { readHead, readTmpMeta, tmpKey } from './temporary.js'
 import type { RegisteredCategory } from '../registry/registry.js'
@@ -334,10 +334,4 @@ export async function resolveEditorImage(ctx: ServiceContext, input: EditorImage
   const { refCategory, yyyy, MM, savedName } = input
   const path = `/${EDITOR_DOMAIN}/${yyyy}/${MM}/_/${refCategory}/${savedName}`
   return resolveDirect(ctx, { refDomain: EDITOR_DOMAIN, refCategory, path }, access)
-}
-
-/** An image record's size as shown (its analysed media), which spares the resizer a header read. */
-function shownSizeOf(media: MediaInfo | null | undefined): { width: number; height: number } | undefined {
-  if (!media || !('placeholder' in media) || !(media.width > 0) || !(media.height > 0)) return undefined
-  return { width: media.width, height: media.height }
 }

@@ -7,7 +7,7 @@ import { readFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import pg from 'pg'
 import sharp from 'sharp'
-import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest'
 import { makeKit, png, saveFile, type Kit } from '../testing/handler-kit.js'
 import type { Instrumentation } from './instrumentation.js'
 import { VARIANT_QUEUE_NAME } from './variant-queue-pgboss.js'
@@ -60,6 +60,24 @@ describe('named variants in one process (SQLite, the in-process queue)', () => {
     expect(files.sort()).toEqual(['20x20', '40x0.webp'])
     expect(kit.storage.resizer.generated - before).toBe(2)
     expect(jobs.filter((j) => j === 'made')).toHaveLength(2)
+  })
+
+  it("makes an analysed record's variants from its recorded size: the original's header is not read again", async () => {
+    const headers = vi.spyOn(sharp.prototype, 'metadata')
+    try {
+      const rec = await saveFile(kit, await png(100, 80), 'sized.png', 'v1s', 'gallery')
+      expect(rec.media).toMatchObject({ width: 100, height: 80 })
+      await kit.storage.variantJobsIdle()
+      const original = join(kit.baseDir, rec.savedDir, rec.savedName)
+      const read = headers.mock.contexts.filter(
+        (c) => (c as unknown as { options: { input: { file?: string } } }).options.input.file === original,
+      )
+      expect(read).toEqual([])
+      const files = (await kit.files()).filter((f) => f.includes(`_v/${rec.id}/`)).map((f) => f.split('/').pop())
+      expect(files.sort()).toEqual(['20x20', '40x0.webp'])
+    } finally {
+      headers.mockRestore()
+    }
   })
 
   it('lists an image within the box as made (the original serves), and leaves other files without variants', async () => {

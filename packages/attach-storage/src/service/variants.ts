@@ -4,7 +4,7 @@
  */
 import { badRequest } from '../errors.js'
 import { isResizable, type ResizeRequest, type Variant, variantKey, withFocus } from '../media/resize.js'
-import type { AttachmentRecord } from '../model.js'
+import type { AttachmentRecord, MediaInfo } from '../model.js'
 import type { NamedVariant, RegisteredCategory } from '../registry/registry.js'
 import { variantSpec } from '../repository/variant-rows.js'
 import type { ServiceContext } from './context.js'
@@ -100,7 +100,9 @@ export async function makeNamedVariant(ctx: ServiceContext, job: VariantJob): Pr
     if (preview !== 'made') return 'gone'
     source = { key: previewKey(r), type: 'image/jpeg' }
   }
-  const make = () => ctx.resizer.variant(store, source.key, key, source.type, resize, () => {}, { background: true })
+  // The record's analysed size spares reading the original's header (not a preview's: its own size).
+  const size = isPreviewed(ctx, r.fileType) ? undefined : shownSizeOf(r.media)
+  const make = () => ctx.resizer.variant(store, source.key, key, source.type, resize, () => {}, { background: true, size })
   let variant = await make()
   // A view of the same box without the name, made together with this job, may not have been stored.
   if (variant?.transient) variant = await make()
@@ -149,4 +151,10 @@ export async function madeVariants(ctx: ServiceContext, records: readonly Attach
     out.set(row.fileId, names)
   }
   return out
+}
+
+/** An image record's size as shown (its analysed media), which spares the resizer a header read. */
+export function shownSizeOf(media: MediaInfo | null | undefined): { width: number; height: number } | undefined {
+  if (!media || !('placeholder' in media) || !(media.width > 0) || !(media.height > 0)) return undefined
+  return { width: media.width, height: media.height }
 }
