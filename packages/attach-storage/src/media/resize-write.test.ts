@@ -7,7 +7,7 @@
  */
 import { readdir } from 'node:fs/promises'
 import { join, relative } from 'node:path'
-import sharp from 'sharp'
+import sharp, { type Sharp } from 'sharp'
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest'
 import { LocalStore } from '../stores/local-store.js'
 import { jpeg, type Kit, makeKit, saveFile } from '../testing/handler-kit.js'
@@ -81,6 +81,33 @@ describe('a variant is answered before it is written', () => {
     // Found in its store from now on: nothing made again.
     expect(Buffer.from(await (await get(`/attach/view/${rec.id}?w=120`)).arrayBuffer())).toEqual(bytes)
     expect(kit.storage.resizer.generated).toBe(generated + 1)
+  })
+
+  it('a HEAD while the variant is still being made does not wait for it: the original’s headers', async () => {
+    const rec = await saveFile(kit, await jpeg(600, 400), 'making.jpg', '957', 'image')
+    let go: () => void = () => {}
+    const making = new Promise<void>((r) => {
+      go = r
+    })
+    const realToBuffer = sharp.prototype.toBuffer
+    const held = vi.spyOn(sharp.prototype, 'toBuffer').mockImplementation(async function (this: Sharp, ...args: unknown[]) {
+      await making
+      return (realToBuffer as (...a: unknown[]) => Promise<Buffer>).apply(this, args)
+    } as typeof realToBuffer)
+    try {
+      const view = get(`/attach/view/${rec.id}?w=170`)
+      await vi.waitFor(() => expect(kit.storage.resizer.load.active).toBe(1))
+      const head = await get(`/attach/view/${rec.id}?w=170`, { method: 'HEAD' })
+      expect(head.headers.get('content-length')).toBe(String(rec.fileSize))
+      go()
+      const made = await view
+      const bytes = Buffer.from(await made.arrayBuffer())
+      expect((await sharp(bytes).metadata()).width).toBe(170)
+      expect((await get(`/attach/view/${rec.id}?w=170`, { method: 'HEAD' })).headers.get('content-length')).toBe(String(bytes.length))
+    } finally {
+      go()
+      held.mockRestore()
+    }
   })
 
   it('gives the resize slot back before the write: with every write held, other sizes are still made', async () => {

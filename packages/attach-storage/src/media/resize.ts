@@ -180,6 +180,8 @@ type Outcome = { ok: true; variant: Variant | undefined; unstored?: unknown } | 
 interface Flight {
   made: Promise<Outcome>
   stored: Promise<Outcome>
+  /** The variant, once made (while it is written). */
+  ready?: Variant
 }
 
 /** What a generation made: the variant, and the stored-variant slot reserved for it when it is to be written. */
@@ -311,11 +313,9 @@ export class Resizer {
     } catch {
       // Not made yet.
     }
-    if (options.lookOnly) {
-      // Made by a request just now and still being written: its headers already.
-      const made = await this.#inflight.get(cacheKey)?.made
-      return made?.ok ? made.variant : undefined
-    }
+    // Made by a request just now and still being written: its headers already (one still being made is
+    // not waited for).
+    if (options.lookOnly) return this.#inflight.get(cacheKey)?.ready
     let flight = this.#inflight.get(cacheKey)
     if (!flight) {
       // Admission: identical requests share one generation above; a new one needs room in the queue
@@ -349,17 +349,25 @@ export class Resizer {
         }
         return { ok: true, variant: m.variant }
       })
-      flight = {
+      const f: Flight = {
         made: made.then(
-          (m): Outcome => ({ ok: true, variant: m?.variant }),
+          (m): Outcome => {
+            f.ready = m?.variant
+            return { ok: true, variant: m?.variant }
+          },
           (error: unknown): Outcome => ({ ok: false, error }),
         ),
         stored: stored
           .then(
             (o): Outcome => {
               const v = o.ok ? o.variant : undefined
-              if (o.ok && o.unstored !== undefined) this.#options.onUnstored?.(key, o.unstored)
-              else if (v && !v.transient) this.#remember_(cacheKey, { key: v.key, size: v.size, type: v.type })
+              if (o.ok && o.unstored !== undefined) {
+                try {
+                  this.#options.onUnstored?.(key, o.unstored)
+                } catch {
+                  // A logger that throws changes nothing here.
+                }
+              } else if (v && !v.transient) this.#remember_(cacheKey, { key: v.key, size: v.size, type: v.type })
               if (v?.transient && v.bytes) this.#kept.keep(keptKey, v as Variant & { bytes: Buffer })
               return o
             },
@@ -370,6 +378,7 @@ export class Resizer {
             if (this.#inflight.size === 0) for (const settle of this.#idle.splice(0)) settle()
           }),
       }
+      flight = f
       this.#inflight.set(cacheKey, flight)
     }
     // A view is answered from the bytes as soon as they are made; the store write goes on behind it
