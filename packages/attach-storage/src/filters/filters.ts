@@ -3,7 +3,7 @@ import type { Readable } from 'node:stream'
 import sharp from 'sharp'
 import { parseSize } from '../config/units.js'
 import { isHeic, MAX_HEIC_BYTES, heicSize } from '../media/heic.js'
-import { spoolToFile } from '../media/resize.js'
+import { spoolToFile } from '../media/spool.js'
 import { readAll } from '../stores/read-all.js'
 
 /** What a filter is shown of an uploaded file. Everything here is derived from the stored bytes. */

@@ -10,7 +10,8 @@ import { Readable } from 'node:stream'
 import { afterEach, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest'
 import { imageDimensions, type FileProbe } from '../filters/filters.js'
 import type { ByteRange, Store } from '../stores/store.js'
-import { METADATA_HEAD_BYTES, Resizer } from './resize.js'
+import { Resizer } from './resize.js'
+import { METADATA_HEAD_BYTES } from './spool.js'
 
 const { inputs } = vi.hoisted(() => ({ inputs: [] as unknown[] }))
 vi.mock('sharp', async (importOriginal) => {

@@ -7,8 +7,6 @@ import { HeicError, heicImage, isHeic } from './heic.js'
 import { KeptSizes } from './kept-sizes.js'
 import { readMetadataHead, spoolToFile } from './spool.js'
 
-export { METADATA_HEAD_BYTES, spoolToFile } from './spool.js'
-
 /** Largest `w` / `h` a client may ask for. */
 export const MAX_DIMENSION = 4096
 
