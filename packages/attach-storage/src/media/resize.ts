@@ -182,10 +182,10 @@ interface Flight {
   ready?: Variant
 }
 
-/** What a generation made: the variant, and the stored-variant slot reserved for it when it is to be written. */
+/** What a generation made: the variant; whether it is to be written, and the stored-variant count reserved for it. */
 interface Made {
   variant: Variant & { bytes: Buffer }
-  reserved?: Slots
+  write?: { slots: Slots | undefined }
 }
 
 /** How long a variant found in its store is served without looking again (one `stat` per variant per period). */
@@ -335,14 +335,15 @@ export class Resizer {
         }
       })
       const stored = made.then(async (m): Promise<Outcome> => {
-        if (!m?.reserved) return { ok: true, variant: m?.variant }
+        if (!m?.write) return { ok: true, variant: m?.variant }
+        const { slots } = m.write
         try {
           await store.put(key, m.variant.bytes, { contentType: m.variant.type })
         } catch (error) {
-          m.reserved.count--
+          if (slots) slots.count--
           return { ok: true, variant: m.variant, unstored: error }
         } finally {
-          m.reserved.pending--
+          if (slots) slots.pending--
           this.#storing--
         }
         return { ok: true, variant: m.variant }
@@ -560,7 +561,7 @@ export class Resizer {
         slots.count++
         slots.pending++
       }
-      return { variant: { key, size: bytes.length, type, bytes }, reserved: slots ?? { count: 0, pending: 0 } }
+      return { variant: { key, size: bytes.length, type, bytes }, write: { slots } }
     } finally {
       if (spool) await rm(spool, { force: true }).catch(() => undefined)
     }
