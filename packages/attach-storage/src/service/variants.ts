@@ -89,7 +89,8 @@ export async function makeNamedVariant(ctx: ServiceContext, job: VariantJob): Pr
   const resize = withFocus(resizeOfNamed(job.name, spec), r.focus)
   const key = variantKey(storeKey(r.savedDir, ''), r.id, resize)
   // A PDF's or a video's variants are made from its preview image, made first when it is not yet.
-  let source = { key: storeKey(r.savedDir, r.savedName), type: r.fileType }
+  const original = storeKey(r.savedDir, r.savedName)
+  let source = { key: original, type: r.fileType }
   if (isPreviewed(ctx, r.fileType)) {
     let preview = previewStateOf(made.find((row) => row.name === PREVIEW_JOB)?.spec)
     if (preview === 'pending') {
@@ -100,8 +101,8 @@ export async function makeNamedVariant(ctx: ServiceContext, job: VariantJob): Pr
     if (preview !== 'made') return 'gone'
     source = { key: previewKey(r), type: 'image/jpeg' }
   }
-  // The record's analysed size spares reading the original's header (not a preview's: its own size).
-  const size = isPreviewed(ctx, r.fileType) ? undefined : shownSizeOf(r.media)
+  // The record's analysed size spares reading the original's header (a preview has a size of its own).
+  const size = source.key === original ? shownSizeOf(r.media) : undefined
   const make = () => ctx.resizer.variant(store, source.key, key, source.type, resize, () => {}, { background: true, size })
   let variant = await make()
   // A view of the same box without the name, made together with this job, may not have been stored.
