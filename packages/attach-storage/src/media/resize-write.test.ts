@@ -133,7 +133,7 @@ describe('a variant is answered before it is written', () => {
     const refused = await get(`/attach/view/${rec.id}?w=230`)
     expect(refused.status).toBe(503)
     expect(refused.headers.get('retry-after')).toBe('2')
-    expect(await refused.json()).toMatchObject({ code: 'busy' })
+    expect(await refused.json()).toEqual({ code: 'busy', message: expect.stringMatching(/resized/) })
     release()
     await kit.storage.resizer.settled()
     expect(await width(await get(`/attach/view/${rec.id}?w=230`))).toBe(230)
