@@ -84,12 +84,7 @@ export async function copyStoreBench(ctx: Context): Promise<void> {
     await seedDataDir(dir, count, size)
     const { db, repo } = await openDataDir(dir)
     const keys: string[] = []
-    for (let after = 0; ; ) {
-      const page = await repo.operations.pageLiveBlobs(after, 500)
-      for (const b of page) keys.push(b.savedDir.slice(1) + b.savedName)
-      if (page.length < 500) break
-      after = page[page.length - 1]!.id
-    }
+    for await (const b of repo.operations.eachLiveBlob()) keys.push(b.savedDir.slice(1) + b.savedName)
     await db.destroy()
     const bytes = keys.length * size
 

@@ -1,5 +1,17 @@
 /** The `attach-storage` command on the local store and a real SQLite file, run in-process through main(). */
-import { existsSync, mkdtempSync, readFileSync, rmSync, truncateSync, unlinkSync, utimesSync, writeFileSync, mkdirSync } from 'node:fs'
+import {
+  appendFileSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  rmSync,
+  symlinkSync,
+  truncateSync,
+  unlinkSync,
+  utimesSync,
+  writeFileSync,
+} from 'node:fs'
 import { tmpdir } from 'node:os'
 import { dirname, join } from 'node:path'
 import { afterEach, beforeEach, describe, expect, it } from 'vitest'
@@ -62,6 +74,35 @@ describe('attach-storage verify on the local store', () => {
     const text = await run(['verify'])
     expect(text.code).toBe(1)
     expect(text.stdout).toContain('4 problem(s)')
+  })
+
+  it('reads files of several blocks whole, and finds a grown file, a link and a folder in a file’s place', async () => {
+    // 3 MiB and 7 bytes: four reads of a worker's 1 MiB buffer, the last one short.
+    const large = await seed(2, 3 * 1024 * 1024 + 7)
+    const small = await seed(3, 100, 'board')
+    const path = (key: string) => join(dataDir, 'files', key)
+    expect((await run(['verify', '--json', '--concurrency', '2'])).json()).toMatchObject({ files: 5, problems: [] })
+    const flipped = readFileSync(path(large[1]!.key))
+    flipped[flipped.length - 1] = flipped[flipped.length - 1]! ^ 0xff
+    writeFileSync(path(large[1]!.key), flipped)
+    appendFileSync(path(small[0]!.key), 'one byte more than the record says')
+    const target = readFileSync(path(small[1]!.key))
+    unlinkSync(path(small[1]!.key))
+    writeFileSync(`${path(small[1]!.key)}.elsewhere`, target)
+    // A link to a file with the right bytes is not the stored file: the store never follows one.
+    symlinkSync(`${path(small[1]!.key)}.elsewhere`, path(small[1]!.key))
+    unlinkSync(path(small[2]!.key))
+    mkdirSync(path(small[2]!.key))
+    const found = await run(['verify', '--json', '--no-orphans'])
+    expect(found.code).toBe(1)
+    const problems = found.json().problems as Array<{ kind: string; key: string; expected?: unknown; actual?: unknown }>
+    expect(Object.fromEntries(problems.map((p) => [p.key, p.kind]))).toEqual({
+      [large[1]!.key]: 'sha256',
+      [small[0]!.key]: 'size',
+      [small[1]!.key]: 'missing',
+      [small[2]!.key]: 'missing',
+    })
+    expect(problems.find((p) => p.kind === 'size')).toMatchObject({ expected: 100, actual: 134 })
   })
 })
 

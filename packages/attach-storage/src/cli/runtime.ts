@@ -61,32 +61,33 @@ export function distinctStores(ctx: ServiceContext): Store[] {
 
 /**
  * Runs `fn` over what `source` yields, at most `concurrency` at a time, in order of arrival; stops taking
- * new items once `signal` aborts (what is in flight finishes).
+ * new items once `signal` aborts or an item fails (what is in flight finishes), then throws the first
+ * failure. `concurrency` workers each take the next item when done with theirs; `worker` (0 to
+ * `concurrency - 1`) names the one running an item, so a worker can keep a buffer of its own.
  */
 export async function forEachConcurrent<T>(
   source: AsyncIterable<T>,
   concurrency: number,
   signal: AbortSignal,
-  fn: (item: T) => Promise<void>,
+  fn: (item: T, worker: number) => Promise<void>,
 ): Promise<void> {
-  const running = new Set<Promise<void>>()
-  let failure: unknown
-  for await (const item of source) {
-    if (signal.aborted || failure !== undefined) break
-    const p: Promise<void> = fn(item).then(
-      () => {
-        running.delete(p)
-      },
-      (err: unknown) => {
-        running.delete(p)
-        failure ??= err
-      },
-    )
-    running.add(p)
-    if (running.size >= concurrency) await Promise.race(running)
+  const items = source[Symbol.asyncIterator]()
+  let failure: { err: unknown } | undefined
+  const work = async (worker: number): Promise<void> => {
+    while (!signal.aborted && !failure) {
+      try {
+        const next = await items.next()
+        if (next.done) return
+        await fn(next.value, worker)
+      } catch (err) {
+        failure ??= { err }
+      }
+    }
   }
-  await Promise.all(running)
-  if (failure !== undefined) throw failure
+  await Promise.all(Array.from({ length: Math.max(1, concurrency) }, (_, worker) => work(worker)))
+  // Stopped early: the source is closed (a generator's finally blocks run).
+  if (failure || signal.aborted) await items.return?.()
+  if (failure) throw failure.err
 }
 
 /** Human size: `12.3 MB`. */

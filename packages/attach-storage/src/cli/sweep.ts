@@ -20,9 +20,9 @@ import { batches, variantOwner } from './walk.js'
 async function* orphanVariants(ctx: ServiceContext, store: Store, t: SweepTally): AsyncGenerator<string> {
   for await (const batch of t.list(batches(store, ''))) {
     if (t.stopped) return
-    const variants = batch.flatMap((e) => {
-      const id = e.key.startsWith(TMP_PREFIX) ? undefined : variantOwner(e.key)
-      return id === undefined ? [] : [{ key: e.key, id }]
+    const variants = batch.flatMap((key) => {
+      const id = key.startsWith(TMP_PREFIX) ? undefined : variantOwner(key)
+      return id === undefined ? [] : [{ key, id }]
     })
     if (!variants.length) continue
     const live = new Set((await ctx.repo.findByIds([...new Set(variants.map((v) => v.id))])).map((r) => r.id))

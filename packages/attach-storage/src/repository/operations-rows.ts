@@ -17,11 +17,22 @@ export class OperationsRows {
   }
 
   /**
-   * Blobs with at least one live record, by id above
-   * `afterId`, at most `limit`; with `refDomain`, only blobs a live record of that domain points at, with
-   * `store`, only blobs of that store. Walk a whole table page by page without holding it.
+   * Every blob with at least one live record, in id order, read `pageSize` rows a query (keyset pages):
+   * with `refDomain`, only blobs a live record of that domain points at; with `store`, only blobs of
+   * that store. A record is made from its row as it is taken, not a page of them at once: a walk of
+   * 100,000 then never holds hundreds of records that V8 would learn to make in its old generation.
    */
-  async pageLiveBlobs(afterId: number, limit: number, where: { refDomain?: string; store?: string } = {}): Promise<BlobRecord[]> {
+  async *eachLiveBlob(where: { refDomain?: string; store?: string } = {}, pageSize = 500): AsyncGenerator<BlobRecord> {
+    let after = 0
+    for (;;) {
+      const rows = await this.#liveBlobRows(after, pageSize, where)
+      for (const row of rows) yield mapBlob(row)
+      if (rows.length < pageSize) return
+      after = toNumber(rows[rows.length - 1]!.id)
+    }
+  }
+
+  async #liveBlobRows(afterId: number, limit: number, where: { refDomain?: string; store?: string }) {
     let q = this.#db.selectFrom(BLOB_TABLE).selectAll().where('id', '>', afterId).where('ref_count', '>', 0)
     if (where.store !== undefined) q = q.where('store', '=', where.store)
     if (where.refDomain !== undefined) {
@@ -37,8 +48,7 @@ export class OperationsRows {
         ),
       )
     }
-    const rows = await q.orderBy('id').limit(limit).execute()
-    return rows.map(mapBlob)
+    return await q.orderBy('id').limit(limit).execute()
   }
 
   /** live records of a domain with id above `afterId`, by id, at most `limit`. */
@@ -56,24 +66,30 @@ export class OperationsRows {
   }
 
   /**
-   * which of these places of a store a blob row names (any state), as `savedDir + savedName`.
-   * Finds the files of a store that no row points to.
+   * Which of `keys` (store keys, `dir/…/name`) a blob row of `store` names, whether live or not. Keys
+   * are matched as strings, with no object made per key: a walk over a store's files holds just them.
    */
-  async knownPlaces(store: string, places: Array<{ savedDir: string; savedName: string }>): Promise<Set<string>> {
+  async knownKeys(store: string, keys: string[]): Promise<Set<string>> {
     const known = new Set<string>()
-    for (const part of chunk(places, IN_CHUNK)) {
+    for (const part of chunk(keys, IN_CHUNK)) {
+      const dirs = new Set<string>()
+      const names: string[] = []
+      for (const key of part) {
+        const slash = key.lastIndexOf('/')
+        if (slash <= 0) continue
+        dirs.add(`/${key.slice(0, slash + 1)}`)
+        names.push(key.slice(slash + 1))
+      }
+      if (!names.length) continue
       const rows = await this.#db
         .selectFrom(BLOB_TABLE)
         .select(['saved_dir', 'saved_name'])
         .where('store', '=', store)
-        .where('saved_dir', 'in', [...new Set(part.map((p) => p.savedDir))])
-        .where(
-          'saved_name',
-          'in',
-          part.map((p) => p.savedName),
-        )
+        .where('saved_dir', 'in', [...dirs])
+        .where('saved_name', 'in', names)
         .execute()
-      for (const r of rows) known.add(r.saved_dir + r.saved_name)
+      // A row's key as a store names it: its folder without the leading slash, then its name.
+      for (const r of rows) known.add(r.saved_dir.slice(1) + r.saved_name)
     }
     return known
   }

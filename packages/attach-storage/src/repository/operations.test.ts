@@ -59,18 +59,19 @@ for (const dialect of DIALECTS) {
       const b = await add('opsa', 20)
       const c = await add('opsb', 30)
       const pending = await add('opsa', 40, false)
-      const firstPage = await repo.operations.pageLiveBlobs(0, 1, { refDomain: 'opsa' })
-      expect(firstPage.map((x) => x.id)).toEqual([a.id])
-      expect((await repo.operations.pageLiveBlobs(a.id, 10, { refDomain: 'opsa' })).map((x) => x.id)).toEqual([b.id])
-      expect((await repo.operations.pageLiveBlobs(0, 10, { store: 'local' })).map((x) => x.id)).toEqual(
-        expect.arrayContaining([a.id, b.id, c.id]),
-      )
-      expect((await repo.operations.pageLiveBlobs(0, 100)).some((x) => x.id === pending.id)).toBe(false)
-      const known = await repo.operations.knownPlaces('local', [
-        { savedDir: a.savedDir, savedName: a.savedName },
-        { savedDir: a.savedDir, savedName: 'nobody.bin' },
-      ])
-      expect([...known]).toEqual([a.savedDir + a.savedName])
+      const ids = async (where: { refDomain?: string; store?: string }, pageSize?: number) => {
+        const out: number[] = []
+        for await (const x of repo.operations.eachLiveBlob(where, pageSize)) out.push(x.id)
+        return out
+      }
+      // One row a query: the walk goes on from the last id of each page.
+      expect(await ids({ refDomain: 'opsa' }, 1)).toEqual([a.id, b.id])
+      expect(await ids({ refDomain: 'opsa' }, 2)).toEqual([a.id, b.id])
+      expect(await ids({ store: 'local' })).toEqual(expect.arrayContaining([a.id, b.id, c.id]))
+      expect(await ids({})).not.toContain(pending.id)
+      const aKey = a.savedDir.slice(1) + a.savedName
+      const known = await repo.operations.knownKeys('local', [aKey, `${a.savedDir.slice(1)}nobody.bin`, a.savedName, '/x'])
+      expect([...known]).toEqual([aKey])
       const stats = await repo.operations.stats()
       expect(stats.records.filter((r) => r.refDomain.startsWith('ops'))).toEqual([
         { refDomain: 'opsa', refCategory: 'default', store: 'local', count: 2, bytes: 30 },
@@ -82,7 +83,7 @@ for (const dialect of DIALECTS) {
       expect((await repo.findBlobById(a.id))?.store).toBe('s3')
       const records = await repo.operations.pageDomainRecords('opsa', 0, 10)
       expect(records.map((r) => r.store)).toEqual(['s3', 's3'])
-      expect(await repo.operations.pageLiveBlobs(0, 10, { refDomain: 'opsa', store: 'local' })).toEqual([])
+      expect(await ids({ refDomain: 'opsa', store: 'local' })).toEqual([])
     })
 
     const variantRow = (fileId: number, name: string, spec = '20x20', fileSize = 10) => ({
