@@ -12,8 +12,7 @@ import {
   type HeadObjectCommandOutput,
 } from '@aws-sdk/client-s3'
 import { quoteKey } from 'attach-storage/store-kit'
-import { MAX_PARTS } from './object-uploads.js'
-import { MAX_PART_SIZE } from './settings.js'
+import { MAX_PART_SIZE, MAX_PARTS } from './settings.js'
 import type { S3Calls } from './store-calls.js'
 
 /** UploadPartCopy in `copyPartSize` parts, `queueSize` at a time; aborted on any failure. */

@@ -1,23 +1,21 @@
 /**
  * Writing an object: one PutObject for a body of at most {@link SINGLE_PUT_MAX} bytes, a multipart upload
- * (`@aws-sdk/lib-storage`) for a longer one, and the error an aborted put rejects with.
+ * ({@link multipartPut}) for a longer one, and the error an aborted put rejects with.
  * @module
  */
-import { PassThrough, Readable } from 'node:stream'
+import { PassThrough, type Readable } from 'node:stream'
 import { pipeline } from 'node:stream/promises'
 import { PutObjectCommand } from '@aws-sdk/client-s3'
-import { Upload } from '@aws-sdk/lib-storage'
 import { AttachStorageError } from 'attach-storage/store-kit'
 import { isAbortError } from './errors.js'
 import { objectHeaders } from './object-headers.js'
-import { MAX_PART_SIZE } from './settings.js'
+import { multipartPut } from './multipart-put.js'
+import { MAX_PART_SIZE, MAX_PARTS } from './settings.js'
 import type { S3Calls } from './store-calls.js'
 
 export const MiB = 1024 * 1024
 /** Objects up to this size are written with one PutObject; larger (or longer) bodies go multipart. */
 export const SINGLE_PUT_MAX = 5 * MiB
-/** S3's limit of parts per multipart upload. */
-export const MAX_PARTS = 10_000
 
 export async function putObject(
   calls: S3Calls,
@@ -93,32 +91,9 @@ export async function putStream(
     }
 
     operation = 'multipart upload'
-    async function* rest(): AsyncGenerator<Buffer> {
-      yield* head.splice(0)
-      for (;;) {
-        const next = await chunks.next()
-        if (next.done) return
-        total += next.value.length
-        yield next.value
-      }
-    }
-    const { partSize, queueSize } = calls.settings
-    const parts = Readable.from(rest(), { objectMode: false, highWaterMark: 64 * 1024 })
-    // Its errors reach the upload through iteration; an error after the upload gave up goes nowhere.
-    parts.on('error', () => {})
-    const upload = new Upload({
-      client: calls.client(),
-      params: {
-        Bucket: calls.bucket,
-        Key: objectKey,
-        Body: parts,
-        ...objectHeaders(contentType),
-      },
-      queueSize,
-      partSize: sizeHint === undefined ? partSize : Math.min(MAX_PART_SIZE, Math.max(partSize, Math.ceil(sizeHint / MAX_PARTS))),
-      leavePartsOnError: false,
-    })
-    await upload.done()
+    const { partSize } = calls.settings
+    const size = sizeHint === undefined ? partSize : Math.min(MAX_PART_SIZE, Math.max(partSize, Math.ceil(sizeHint / MAX_PARTS)))
+    total = await multipartPut(calls, key, objectKey, head, chunks, size, contentType, signal)
     await piping
     return { size: total }
   } catch (err) {

@@ -88,6 +88,56 @@ describe('S3Store on s3rver', () => {
     expect(back).toEqual({ size: 21 * MiB + 3, sha256: source.sha256() })
   })
 
+  it('fills its part buffers again: parts in order, at most queue-size in flight, exact bytes, no empty last part', async () => {
+    for (const queueSize of [1, 2]) {
+      const store = make({ partSize: '5MB', queueSize })
+      const log = record(store.client)
+      // 33 MiB and 11 bytes in chunks of 777,777: chunks straddle every part boundary; seven parts, so
+      // each buffer is filled again several times.
+      const bytes = randomBytes(33 * MiB + 11)
+      const key = `${run}/reuse/q${queueSize}.bin`
+      expect(await store.put(key, chunked(bytes, 777_777))).toEqual({ size: bytes.length })
+      const parts = log.inputs('UploadPart')
+      expect(parts.map((p) => p.PartNumber)).toEqual([1, 2, 3, 4, 5, 6, 7])
+      expect(parts.map((p) => p.ContentLength)).toEqual([...Array(6).fill(5 * MiB), 3 * MiB + 11])
+      let inFlight = 0
+      let most = 0
+      for (const c of log.calls.filter((c) => c.command === 'UploadPart')) {
+        inFlight += c.phase === 'start' ? 1 : -1
+        most = Math.max(most, inFlight)
+      }
+      expect(most).toBe(queueSize)
+      expect(await digest(await store.get(key))).toEqual({ size: bytes.length, sha256: sha256(bytes) })
+    }
+    // A body of whole parts: no empty part after them.
+    const store = make({ partSize: '5MB', queueSize: 2 })
+    const log = record(store.client)
+    const whole = randomBytes(15 * MiB)
+    expect(await store.put(`${run}/reuse/whole.bin`, chunked(whole, MiB))).toEqual({ size: whole.length })
+    expect(log.inputs('UploadPart').map((p) => p.ContentLength)).toEqual([5 * MiB, 5 * MiB, 5 * MiB])
+    expect(sha256(await readFile(s3.objectFile(`${run}/reuse/whole.bin`)))).toBe(sha256(whole))
+  })
+
+  it('a source that fails during a multipart upload: its error is thrown, the upload aborted, nothing left', async () => {
+    const store = make({ partSize: '5MB' })
+    const log = record(store.client)
+    const key = `${run}/source-fails/big.bin`
+    let sent = 0
+    const source = new Readable({
+      read() {
+        if (sent >= 17 * MiB) return void setImmediate(() => this.destroy(new Error('the disk went away')))
+        sent += MiB
+        setImmediate(() => this.push(randomBytes(MiB)))
+      },
+    })
+    await expect(store.put(key, source)).rejects.toThrow('the disk went away')
+    expect(log.finished()).toContain('UploadPart')
+    expect(log.finished()).toContain('AbortMultipartUpload')
+    expect(log.started()).not.toContain('CompleteMultipartUpload')
+    expect(await store.exists(key)).toBe(false)
+    expect((await s3.pendingUploads()).filter((u) => u.key === key)).toEqual([])
+  })
+
   it('serves a range as one ranged GetObject, streaming the response itself', async () => {
     const store = make()
     const log = record(store.client)

@@ -75,7 +75,7 @@ export interface S3StoreOptions extends S3StoreSettings {
  * - Keys go through `normalizeKey` before the prefix is added, so no key the SDK sees starts with `/` or
  *   holds `..` (S3-compatible servers resolve those, real S3 keeps them literal).
  * - `put` is atomic by S3 semantics: a body of at most 5 MiB is one PutObject; a longer one (or a stream
- *   of unknown length that turns out longer) is a multipart upload (`@aws-sdk/lib-storage`), completed
+ *   of unknown length that turns out longer) is a multipart upload (`multipart-put.ts`), completed
  *   only after the last byte was read. A failed or aborted put aborts the multipart upload, so no parts
  *   are left behind (unless S3 is unreachable at that moment: keep an `AbortIncompleteMultipartUpload`
  *   lifecycle rule on the bucket).

@@ -7,6 +7,8 @@ const GiB = 1024 * MiB
 export const MIN_PART_SIZE = 5 * MiB
 /** S3's largest part, and the largest object a single CopyObject copies. */
 export const MAX_PART_SIZE = 5 * GiB
+/** S3's limit of parts per multipart upload. */
+export const MAX_PARTS = 10_000
 
 /** How the SDK treats request and response checksums (`@aws-sdk/client-s3`'s own values). */
 export type ChecksumMode = 'WHEN_SUPPORTED' | 'WHEN_REQUIRED'
