@@ -3,12 +3,13 @@
  * and every file of the stores has a row. Exit 1 on any problem.
  */
 import { createHash, type Hash } from 'node:crypto'
-import { close as fsClose, constants, open as fsOpen, read as fsRead } from 'node:fs'
+import { close as fsClose, open as fsOpen, read as fsRead } from 'node:fs'
 import type { Readable } from 'node:stream'
 import { AttachStorageError } from '../errors.js'
 import type { BlobRecord } from '../model.js'
 import type { ServiceContext } from '../service/context.js'
 import { storeKey } from '../service/layout.js'
+import { isNoStoredFile, READ_FLAGS } from '../stores/local-fs.js'
 import { escapeControls } from './escape.js'
 import { startProgress } from './progress.js'
 import { type CliIo, distinctStores, EXIT, forEachConcurrent, type GlobalOptions, openService, report } from './runtime.js'
@@ -33,9 +34,6 @@ export interface VerifyOptions extends GlobalOptions {
   /** Skip the search for files no row points to. */
   orphans?: boolean
 }
-
-/** Flags of {@link hashFile}'s open: a symbolic link is not followed (`ELOOP`). */
-const READ = constants.O_RDONLY | (constants.O_NOFOLLOW ?? 0)
 
 /** Block size of {@link hashFile}, and of a {@link scratchBuffer}. */
 const BLOCK = 1024 * 1024
@@ -84,8 +82,7 @@ export async function checkBlob(
     }
   } catch (err) {
     if (err instanceof AttachStorageError && err.code === 'not-found') return { kind: 'missing', ...base }
-    const code = (err as NodeJS.ErrnoException)?.code
-    if (code === 'ENOENT' || code === 'ELOOP' || code === 'ENOTDIR' || code === 'EISDIR') return { kind: 'missing', ...base }
+    if (isNoStoredFile(err)) return { kind: 'missing', ...base }
     return { kind: 'unreadable', ...base, actual: (err as Error).message }
   }
   if (size !== b.fileSize) return { kind: 'size', ...base, expected: b.fileSize, actual: size }
@@ -96,7 +93,7 @@ export async function checkBlob(
 
 /** Hashes a local file (not through a symbolic link) in reads filling `buffer`; answers its length. */
 async function hashFile(path: string, hash: Hash, buffer: Buffer): Promise<number> {
-  const fd = await new Promise<number>((resolve, reject) => fsOpen(path, READ, (err, fd) => (err ? reject(err) : resolve(fd))))
+  const fd = await new Promise<number>((resolve, reject) => fsOpen(path, READ_FLAGS, (err, fd) => (err ? reject(err) : resolve(fd))))
   try {
     let size = 0
     for (;;) {

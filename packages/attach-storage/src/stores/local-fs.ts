@@ -5,7 +5,7 @@
  * @module
  */
 import { randomBytes } from 'node:crypto'
-import { type Dirent, write as fsWrite, writev as fsWritev } from 'node:fs'
+import { constants, type Dirent, write as fsWrite, writev as fsWritev } from 'node:fs'
 import { type FileHandle, lstat, mkdir, open, readdir } from 'node:fs/promises'
 import { basename, dirname, join, sep } from 'node:path'
 import { Writable } from 'node:stream'
@@ -18,6 +18,15 @@ export const errnoOf = (err: unknown): string | undefined => (err as NodeJS.Errn
 export const isMissing = (err: unknown): boolean => {
   const code = errnoOf(err)
   return code === 'ENOENT' || code === 'ENOTDIR'
+}
+
+/** How a stored file is opened for reading: never through a symbolic link in its place (`ELOOP`). */
+export const READ_FLAGS = constants.O_RDONLY | (constants.O_NOFOLLOW ?? 0)
+
+/** Errors of opening or reading a stored file that mean "no stored file here": none, a link, a folder. */
+export const isNoStoredFile = (err: unknown): boolean => {
+  const code = errnoOf(err)
+  return isMissing(err) || code === 'ELOOP' || code === 'EISDIR'
 }
 
 /** A directory's entries, or undefined when it does not exist (any other failure throws). */

@@ -12,8 +12,10 @@ import {
   fileSink,
   isFile,
   isMissing,
+  isNoStoredFile,
   mkdirDurable,
   PARTIAL_NAME,
+  READ_FLAGS,
   readDirOrNone,
   syncDir,
   tempPathFor,
@@ -35,7 +37,6 @@ export interface LocalStoreOptions {
 }
 
 /** `get` opens with O_NOFOLLOW: a symbolic link at a key is never followed (where the OS has the flag). */
-const READ_FLAGS = constants.O_RDONLY | (constants.O_NOFOLLOW ?? 0)
 /** Copies reflink where the file system can (btrfs, XFS, APFS), and never onto an existing file. */
 const COPY_FLAGS = constants.COPYFILE_EXCL | constants.COPYFILE_FICLONE
 /** How often an operation is retried when a concurrent `delete` removed its (then empty) directory. */
@@ -152,8 +153,7 @@ export class LocalStore implements Store {
     try {
       return await new Promise<number>((resolve, reject) => fsOpen(file, READ_FLAGS, (err, n) => (err ? reject(err) : resolve(n))))
     } catch (err) {
-      const code = errnoOf(err)
-      if (isMissing(err) || code === 'ELOOP' || code === 'EISDIR') throw this.#notFound(key)
+      if (isNoStoredFile(err)) throw this.#notFound(key)
       throw err
     }
   }
