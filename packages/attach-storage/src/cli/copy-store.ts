@@ -25,7 +25,7 @@ import { storeKey } from '../service/layout.js'
 import { escapeControls } from './escape.js'
 import { startProgress } from './progress.js'
 import { type CliIo, EXIT, forEachConcurrent, type GlobalOptions, openService, report, UsageError } from './runtime.js'
-import { checkBlob, scratchBuffer, type VerifyProblem } from './verify.js'
+import { checkBlob, scratchBuffers, type VerifyProblem } from './verify.js'
 import { liveBlobs } from './walk.js'
 
 export interface CopyStoreOptions extends GlobalOptions {
@@ -210,16 +210,15 @@ export async function copyStoreCommand(options: CopyStoreOptions, io: CliIo): Pr
     const verified: Verified[] = []
     const j = journal
     try {
-      const scratch: Buffer[] = []
+      const scratch = scratchBuffers()
       await forEachConcurrent(liveBlobs(ctx.repo, { refDomain: domain }), concurrency, io.signal, async (b, worker) => {
-        scratch[worker] ??= scratchBuffer()
         const key = storeKey(b.savedDir, b.savedName)
         const known = j.done.get(b.id)
         const journaled = known !== undefined && known.sha256 === b.sha256 && known.key === key
         if (b.store === to) {
           // Pointed at the target by an earlier run: its old copy goes only once the target's copy is read back whole.
           if (!deleting || !journaled || known.from === to) return
-          const problem = await checkBlob(ctx, b, to, scratch[worker])
+          const problem = await checkBlob(ctx, b, to, scratch(worker))
           if (problem) problems.push({ blobId: b.id, key, store: to, reason: describe(problem) })
           else verified.push({ blob: b, from: known.from, key })
           progress.tick(0)
@@ -228,7 +227,7 @@ export async function copyStoreCommand(options: CopyStoreOptions, io: CliIo): Pr
         try {
           if (journaled) {
             // The journal says it was sent; it counts only if the target holds it now, byte for byte.
-            const problem = await checkBlob(ctx, b, to, scratch[worker])
+            const problem = await checkBlob(ctx, b, to, scratch(worker))
             if (!problem) {
               skipped++
               verified.push({ blob: b, from: b.store, key })

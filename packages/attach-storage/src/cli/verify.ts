@@ -35,21 +35,26 @@ export interface VerifyOptions extends GlobalOptions {
   orphans?: boolean
 }
 
-/** Block size of {@link hashFile}, and of a {@link scratchBuffer}. */
+/** Block size of {@link hashFile}, and of each of {@link scratchBuffers}. */
 const BLOCK = 1024 * 1024
 
 /**
- * A buffer for one worker's {@link checkBlob} calls, which read into it instead of allocating for each
- * file: 100,000 small files otherwise make 1 GB of short-lived buffers, which the collector then chases.
+ * One buffer per worker of a {@link forEachConcurrent} walk, made at its first use, for the worker's
+ * {@link checkBlob} calls to read into instead of allocating for each file: 100,000 small files
+ * otherwise make 1 GB of short-lived buffers, which the collector then chases.
  */
-export function scratchBuffer(): Buffer {
-  return Buffer.allocUnsafe(BLOCK)
+export function scratchBuffers(): (worker: number) => Buffer {
+  const buffers: Buffer[] = []
+  return (worker) => {
+    buffers[worker] ??= Buffer.allocUnsafe(BLOCK)
+    return buffers[worker]
+  }
 }
 
 /**
  * Reads and hashes one stored file against its blob row, in the blob's store or in `storeName` (a copy
- * under the same key); a problem or undefined. `scratch` (a {@link scratchBuffer}, used by one call at a
- * time) takes the bytes read.
+ * under the same key); a problem or undefined. `scratch` (used by one call at a time: a worker's, from
+ * {@link scratchBuffers}) takes the bytes read.
  */
 export async function checkBlob(
   ctx: ServiceContext,
@@ -67,7 +72,7 @@ export async function checkBlob(
     const path = store.localPath?.(key)
     if (path) {
       // A local file is read straight into the worker's buffer: one open, a read or two, one close.
-      size = await hashFile(path, hash, scratch ?? scratchBuffer())
+      size = await hashFile(path, hash, scratch ?? Buffer.allocUnsafe(BLOCK))
     } else if (store.readBytes && b.fileSize < SMALL) {
       // One byte more than recorded: a longer file shows.
       const bytes = await store.readBytes(key, 0, b.fileSize + 1, scratch)
@@ -120,10 +125,9 @@ export async function verifyCommand(options: VerifyOptions, io: CliIo): Promise<
     let files = 0
     let bytes = 0
     try {
-      const scratch: Buffer[] = []
+      const scratch = scratchBuffers()
       await forEachConcurrent(liveBlobs(ctx.repo), options.concurrency ?? 16, io.signal, async (b, worker) => {
-        scratch[worker] ??= scratchBuffer()
-        const problem = await checkBlob(ctx, b, b.store, scratch[worker])
+        const problem = await checkBlob(ctx, b, b.store, scratch(worker))
         if (problem) problems.push(problem)
         files++
         bytes += b.fileSize
