@@ -12,7 +12,7 @@ import {
   type HeadObjectCommandOutput,
 } from '@aws-sdk/client-s3'
 import { quoteKey } from 'attach-storage/store-kit'
-import { MAX_PART_SIZE, MAX_PARTS } from './settings.js'
+import { partSizeFor } from './settings.js'
 import type { S3Calls } from './store-calls.js'
 
 /** UploadPartCopy in `copyPartSize` parts, `queueSize` at a time; aborted on any failure. */
@@ -41,7 +41,7 @@ export async function multipartCopy(
   const uploadId = created.UploadId
   if (!uploadId) throw calls.failure(`CreateMultipartUpload of ${quoteKey(to)} failed: no UploadId in the answer`)
   try {
-    const partSize = Math.min(MAX_PART_SIZE, Math.max(calls.settings.copyPartSize, Math.ceil(size / MAX_PARTS)))
+    const partSize = partSizeFor(size, calls.settings.copyPartSize)
     const count = Math.ceil(size / partSize)
     const parts: CompletedPart[] = new Array(count)
     let nextPart = 0

@@ -10,7 +10,7 @@ import { AttachStorageError } from 'attach-storage/store-kit'
 import { isAbortError } from './errors.js'
 import { objectHeaders } from './object-headers.js'
 import { multipartPut } from './multipart-put.js'
-import { MAX_PART_SIZE, MAX_PARTS } from './settings.js'
+import { partSizeFor } from './settings.js'
 import type { S3Calls } from './store-calls.js'
 
 export const MiB = 1024 * 1024
@@ -92,7 +92,7 @@ export async function putStream(
 
     operation = 'multipart upload'
     const { partSize } = calls.settings
-    const size = sizeHint === undefined ? partSize : Math.min(MAX_PART_SIZE, Math.max(partSize, Math.ceil(sizeHint / MAX_PARTS)))
+    const size = sizeHint === undefined ? partSize : partSizeFor(sizeHint, partSize)
     total = await multipartPut(calls, key, objectKey, head, chunks, size, contentType, signal)
     await piping
     return { size: total }

@@ -10,6 +10,11 @@ export const MAX_PART_SIZE = 5 * GiB
 /** S3's limit of parts per multipart upload. */
 export const MAX_PARTS = 10_000
 
+/** The part size for an object of `size` bytes: `preferred`, or larger when that would need more than {@link MAX_PARTS} parts. */
+export function partSizeFor(size: number, preferred: number): number {
+  return Math.min(MAX_PART_SIZE, Math.max(preferred, Math.ceil(size / MAX_PARTS)))
+}
+
 /** How the SDK treats request and response checksums (`@aws-sdk/client-s3`'s own values). */
 export type ChecksumMode = 'WHEN_SUPPORTED' | 'WHEN_REQUIRED'
 
