@@ -38,6 +38,7 @@ import {
 import { isInvalidRange, isMissingObject, reasonOf, sanitizeCause, sizeFromRangeError } from './errors.js'
 import { multipartCopy } from './multipart-copy.js'
 import { bodyOf, parseContentRange, sliceOf } from './object-bodies.js'
+import { ReadBufferHttpAgent, ReadBufferHttpsAgent } from './read-buffer-agents.js'
 import { SAFE_TYPE } from './object-headers.js'
 import { MiB, putObject, putStream, SINGLE_PUT_MAX, slices } from './object-uploads.js'
 import { resolveS3Settings, type ResolvedS3Settings, type S3StoreSettings } from './settings.js'
@@ -149,7 +150,12 @@ export class S3Store implements Store {
         ...(s.requestChecksumCalculation !== undefined ? { requestChecksumCalculation: s.requestChecksumCalculation } : {}),
         ...(s.responseChecksumValidation !== undefined ? { responseChecksumValidation: s.responseChecksumValidation } : {}),
         maxAttempts: s.maxAttempts,
-        requestHandler: { connectionTimeout: s.connectTimeout, socketTimeout: s.socketTimeout },
+        requestHandler: {
+          connectionTimeout: s.connectTimeout,
+          socketTimeout: s.socketTimeout,
+          httpAgent: new ReadBufferHttpAgent(),
+          httpsAgent: new ReadBufferHttpsAgent(),
+        },
         ...this.#clientConfig,
       })
     }
