@@ -4,7 +4,6 @@
  * @module
  */
 import {
-  AbortMultipartUploadCommand,
   CompleteMultipartUploadCommand,
   CreateMultipartUploadCommand,
   UploadPartCopyCommand,
@@ -13,9 +12,12 @@ import {
 } from '@aws-sdk/client-s3'
 import { quoteKey } from 'attach-storage/store-kit'
 import { partSizeFor } from './settings.js'
-import type { S3Calls } from './store-calls.js'
+import { abortMultipart, type S3Calls } from './store-calls.js'
 
-/** UploadPartCopy in `copyPartSize` parts, `queueSize` at a time; aborted on any failure. */
+/**
+ * UploadPartCopy in `copyPartSize` parts, `queueSize` at a time. On a failure no further part is
+ * started, the parts in flight end, and then the upload is aborted and the first error thrown.
+ */
 export async function multipartCopy(
   calls: S3Calls,
   from: string,
@@ -45,8 +47,10 @@ export async function multipartCopy(
     const count = Math.ceil(size / partSize)
     const parts: CompletedPart[] = new Array(count)
     let nextPart = 0
+    /** The first failure of a part: no part starts after it. */
+    let failure: { err: unknown } | undefined
     const worker = async (): Promise<void> => {
-      while (nextPart < count) {
+      while (nextPart < count && !failure) {
         const index = nextPart++
         const first = index * partSize
         const last = Math.min(size, first + partSize) - 1
@@ -68,7 +72,13 @@ export async function multipartCopy(
         parts[index] = { PartNumber: index + 1, ETag: etag }
       }
     }
-    await Promise.all(Array.from({ length: Math.min(calls.settings.queueSize, count) }, worker))
+    const settled = () =>
+      worker().catch((err: unknown) => {
+        failure ??= { err }
+      })
+    // Every worker ends (its part stored or failed) before the upload is completed or aborted.
+    await Promise.all(Array.from({ length: Math.min(calls.settings.queueSize, count) }, settled))
+    if (failure) throw failure.err
     await calls.call('CompleteMultipartUpload', to, () =>
       calls.client().send(
         new CompleteMultipartUploadCommand({
@@ -80,10 +90,7 @@ export async function multipartCopy(
       ),
     )
   } catch (err) {
-    await calls
-      .client()
-      .send(new AbortMultipartUploadCommand({ Bucket: calls.bucket, Key: target, UploadId: uploadId }))
-      .catch(() => {})
+    await abortMultipart(calls, target, uploadId)
     throw err
   }
 }

@@ -8,7 +8,6 @@
  * @module
  */
 import {
-  AbortMultipartUploadCommand,
   ChecksumAlgorithm,
   CompleteMultipartUploadCommand,
   type CompletedPart,
@@ -18,12 +17,13 @@ import {
 import { quoteKey } from 'attach-storage/store-kit'
 import { objectHeaders } from './object-headers.js'
 import { MAX_PARTS } from './settings.js'
-import type { S3Calls } from './store-calls.js'
+import { abortMultipart, type S3Calls } from './store-calls.js'
 
 /**
  * Uploads `head`, then what `rest` yields, as one multipart upload of `partSize` parts; answers the
  * byte count. Any failure (the source's included) aborts the upload (AbortMultipartUpload) and is
- * thrown as it came.
+ * thrown as it came. A body that needs more than `maxParts` parts (S3's 10,000) fails at the first
+ * part past it, a `store-failure`, before that part is sent.
  */
 export async function multipartPut(
   calls: S3Calls,
@@ -34,6 +34,7 @@ export async function multipartPut(
   partSize: number,
   contentType: string | undefined,
   signal: AbortSignal | undefined,
+  maxParts = MAX_PARTS,
 ): Promise<number> {
   const client = calls.client()
   const options = signal ? { abortSignal: signal } : {}
@@ -53,7 +54,7 @@ export async function multipartPut(
   let failure: { err: unknown } | undefined
   let partNumber = 0
   const send = (bytes: Buffer, whole: boolean): void => {
-    if (++partNumber > MAX_PARTS) throw calls.failure(`multipart upload of ${quoteKey(key)} failed: more than ${MAX_PARTS} parts`)
+    if (++partNumber > maxParts) throw calls.failure(`multipart upload of ${quoteKey(key)} failed: more than ${maxParts} parts`)
     const number = partNumber
     const sent: Promise<void> = client
       .send(
@@ -124,7 +125,7 @@ export async function multipartPut(
   } catch (err) {
     // Parts in flight end first (failed or stored), so none lands in the upload after it is aborted.
     while (sending.size) await Promise.race(sending)
-    await client.send(new AbortMultipartUploadCommand({ Bucket: calls.bucket, Key: objectKey, UploadId: uploadId })).catch(() => {})
+    await abortMultipart(calls, objectKey, uploadId)
     throw err
   }
 }

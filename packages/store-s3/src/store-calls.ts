@@ -3,7 +3,7 @@
  * its one way of turning SDK errors into `not-found` or `store-failure`.
  * @module
  */
-import type { S3Client } from '@aws-sdk/client-s3'
+import { AbortMultipartUploadCommand, type S3Client } from '@aws-sdk/client-s3'
 import type { AttachStorageError } from 'attach-storage/store-kit'
 import type { ResolvedS3Settings } from './settings.js'
 
@@ -18,4 +18,16 @@ export interface S3Calls {
   failure(message: string, cause?: unknown): AttachStorageError
   /** Wraps an SDK or network error once; AttachStorageErrors pass unchanged. */
   wrap(operation: string, key: string | undefined, err: unknown): AttachStorageError
+}
+
+/**
+ * Aborts a multipart upload once no part of it is in flight any more (the caller waits for those
+ * first: S3 may keep a part that lands after the abort). A failed abort is left to the bucket's
+ * lifecycle rule; the error that led here is the one the caller throws.
+ */
+export async function abortMultipart(calls: S3Calls, objectKey: string, uploadId: string): Promise<void> {
+  await calls
+    .client()
+    .send(new AbortMultipartUploadCommand({ Bucket: calls.bucket, Key: objectKey, UploadId: uploadId }))
+    .catch(() => {})
 }
