@@ -8,9 +8,9 @@
  * copy. V8 counts those bytes against its limits until a collection frees them, and in a process that has
  * already collected a few times (after some uploads, say) that starts a full mark of the whole heap every
  * 16 MiB streamed; each mark costs in proportion to the application's heap. With one buffer per
- * connection only the body copies are new, and reads of up to 256 KiB halve the number of reads: a view
- * of 256 MiB from S3 took 2.3 s of CPU per GiB instead of 3.1 to 3.6 in that state, and 0.9 where no
- * mark ran (docs/benchmarks.md).
+ * connection only the body copies are new, and reads of up to 256 KiB make fewer reads: a view of
+ * 256 MiB from S3 took 2.2 to 2.7 s of CPU per GiB instead of 3.1 to 3.6 in that state, and 0.93 where
+ * no mark ran (docs/benchmarks.md).
  *
  * How: `net.connect` and `tls.connect` take `onread: { buffer, callback }` (Node >= 15), which reads into
  * that buffer and calls back instead of pushing the bytes into the socket's stream. The callback hands a
