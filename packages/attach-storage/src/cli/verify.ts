@@ -3,13 +3,13 @@
  * and every file of the stores has a row. Exit 1 on any problem.
  */
 import { createHash, type Hash } from 'node:crypto'
-import { close as fsClose, open as fsOpen, read as fsRead } from 'node:fs'
+import { close as fsClose, read as fsRead } from 'node:fs'
 import type { Readable } from 'node:stream'
 import { AttachStorageError } from '../errors.js'
 import type { BlobRecord } from '../model.js'
 import type { ServiceContext } from '../service/context.js'
 import { storeKey } from '../service/layout.js'
-import { isNoStoredFile, READ_FLAGS } from '../stores/local-fs.js'
+import { isNoStoredFile, openStoredFile } from '../stores/local-fs.js'
 import { escapeControls } from './escape.js'
 import { startProgress } from './progress.js'
 import { type CliIo, distinctStores, EXIT, forEachConcurrent, type GlobalOptions, openService, report } from './runtime.js'
@@ -98,7 +98,7 @@ export async function checkBlob(
 
 /** Hashes a local file (not through a symbolic link) in reads filling `buffer`; answers its length. */
 async function hashFile(path: string, hash: Hash, buffer: Buffer): Promise<number> {
-  const fd = await new Promise<number>((resolve, reject) => fsOpen(path, READ_FLAGS, (err, fd) => (err ? reject(err) : resolve(fd))))
+  const fd = await openStoredFile(path)
   try {
     let size = 0
     for (;;) {
