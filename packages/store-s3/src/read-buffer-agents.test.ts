@@ -2,15 +2,18 @@
  * The S3 store's agents on real loopback servers (node:http and node:https with a self-signed
  * certificate made for these tests): every byte arrives, in order, through reads into one buffer per
  * connection, with a slow reader, keep-alive reuse, bodies of every framing, and a connection cut in the
- * middle of a body.
+ * middle of a body; a long body's reads taken from the HTTP client and written into a destination.
  */
 import { createHash, randomBytes } from 'node:crypto'
 import http from 'node:http'
 import https from 'node:https'
 import type { AddressInfo } from 'node:net'
+import { Writable } from 'node:stream'
 import { setTimeout as sleep } from 'node:timers/promises'
+import { type WritesInto, writeInto } from 'attach-storage/store-kit'
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest'
 import { S3Store } from './index.js'
+import { LEND_FROM_BYTES, lendingBody } from './lent-bodies.js'
 import { READ_BUFFER_BYTES, ReadBufferHttpAgent, ReadBufferHttpsAgent } from './read-buffer-agents.js'
 import { startS3rver, type TestS3Server } from './test-server.js'
 
@@ -34,19 +37,21 @@ sLt/YncbT8K7OZYR3cMiahcgTH09PXIbxmv3RB98lccJH6H/CIgtibD5
 
 const MiB = 1024 * 1024
 const BODY = randomBytes(6 * MiB + 12_345)
+const LONG = randomBytes(LEND_FROM_BYTES + 3 * MiB + 17)
 const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex')
 
 /** What the test servers answer, by path. */
 function answer(req: http.IncomingMessage, res: http.ServerResponse): void {
   const path = req.url ?? '/'
-  if (path === '/body') {
+  if (path === '/body' || path === '/long') {
     // In pieces of uneven sizes, so reads end anywhere in the body.
-    res.writeHead(200, { 'content-length': String(BODY.length) })
+    const body = path === '/body' ? BODY : LONG
+    res.writeHead(200, { 'content-length': String(body.length) })
     let at = 0
     const next = () => {
-      while (at < BODY.length) {
-        const end = Math.min(BODY.length, at + 1000 + ((at * 7919) % 300_000))
-        const more = res.write(BODY.subarray(at, end))
+      while (at < body.length) {
+        const end = Math.min(body.length, at + 1000 + ((at * 7919) % 300_000))
+        const more = res.write(body.subarray(at, end))
         at = end
         if (!more) return void res.once('drain', next)
       }
@@ -115,15 +120,13 @@ for (const [scheme, Agent] of [
     let server: http.Server
     let agent: http.Agent
     let get: Get
+    let base: string
     beforeAll(async () => {
       server = scheme === 'http' ? http.createServer(answer) : https.createServer({ cert: CERT, key: KEY }, answer)
       await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
       agent = new Agent()
-      get = getter(
-        `${scheme}://127.0.0.1:${(server.address() as AddressInfo).port}`,
-        agent,
-        scheme === 'http' ? http.request : https.request,
-      )
+      base = `${scheme}://127.0.0.1:${(server.address() as AddressInfo).port}`
+      get = getter(base, agent, scheme === 'http' ? http.request : https.request)
     })
     afterAll(async () => {
       agent.destroy()
@@ -166,6 +169,41 @@ for (const [scheme, Agent] of [
       expect(head.body.length).toBe(0)
       expect(await get('/empty')).toMatchObject({ status: 204, reused: true })
       expect(await get('/nothing')).toMatchObject({ status: 404 })
+    })
+
+    it('writes a long body from the connection buffers into a destination slower than the reads', async () => {
+      const requester = scheme === 'http' ? http.request : https.request
+      const res = await new Promise<http.IncomingMessage>((resolve, reject) => {
+        requester(`${base}/long`, { agent, ca: CERT } as https.RequestOptions, resolve)
+          .on('error', reject)
+          .end()
+      })
+      const body = lendingBody(res, Number(res.headers['content-length']))
+      const into = (body as Partial<WritesInto>)[writeInto]
+      expect(typeof into).toBe('function')
+      const parts: Buffer[] = []
+      const buffers = new Set<ArrayBufferLike>()
+      let writes = 0
+      const sink = new Writable({
+        highWaterMark: 1024,
+        write(chunk: Buffer, _enc, cb) {
+          buffers.add(chunk.buffer)
+          // The copy is made when the callback runs: a buffer filled again before it would show.
+          const keep = () => {
+            parts.push(Buffer.from(chunk))
+            cb()
+          }
+          if (++writes % 2 === 0) setTimeout(keep, 2)
+          else setImmediate(keep)
+        },
+      })
+      await into!.call(body, sink)
+      expect(sha(Buffer.concat(parts))).toBe(sha(LONG))
+      const lent = [...buffers].filter((b) => b.byteLength === READ_BUFFER_BYTES)
+      expect(lent.length).toBeGreaterThanOrEqual(2)
+      expect(lent.length).toBeLessThanOrEqual(4)
+      // The connection is closed after the body: the next request goes on a new one.
+      expect((await get('/small/1000')).reused).toBe(false)
     })
 
     it('fails a body whose connection is cut, and serves the next request on a new connection', async () => {

@@ -35,23 +35,110 @@ const AGENT_DEFAULTS = { keepAlive: true, maxSockets: 50 } as const
 
 type Connect = (options: object, callback?: (err: Error | null, socket: Duplex) => void) => Duplex
 
-/** The agent's own `createConnection` with an `onread` that hands each read to the socket's `data` listeners. */
+/**
+ * Who a connection's reads go to once {@link takeReads} gave them away. It is given a view of each read
+ * and may keep it until it calls `release` (once); it answers `false` to stop the connection's reads
+ * for good (it then destroys the socket).
+ */
+export type ReadTaker = (view: Buffer, release: () => void) => boolean
+
+/** A taken connection reads on into the rest of its buffer while at least this much of it is left. */
+const MIN_READ_BYTES = 64 * 1024
+
+/** A taken connection pauses while this many of its buffers hold bytes not released yet. */
+const MAX_HELD_BUFFERS = 2
+
+/**
+ * The reads of one connection of the agents: into its own buffer, handed to the socket's `data`
+ * listeners; or, once taken, handed to the taker, each into bytes it does not hold: on into the rest of
+ * a buffer, or into a buffer none of whose bytes are held (a new one when there is none: three in all
+ * as a rule). A read may come even after a pause, since TLS hands on every record it already decrypted;
+ * the next bytes to read into are therefore always free ones.
+ */
+class ConnectionReads {
+  readonly #pool: Buffer[] = [Buffer.allocUnsafeSlow(READ_BUFFER_BYTES)]
+  /** Reads not released yet, by the pool's buffer they lie in. */
+  readonly #held = new Map<Buffer, number>()
+  #next: Buffer = this.#pool[0]!
+  #nextOwner: Buffer = this.#pool[0]!
+  #paused = false
+  taker: ReadTaker | undefined
+  socket: Duplex | undefined
+
+  /** Where the connection reads into next (`net` asks after each read). */
+  next(): Buffer {
+    return this.#next
+  }
+
+  read(bytes: number, into: Buffer): boolean {
+    const taker = this.taker
+    if (!taker) {
+      this.socket?.emit('data', into.subarray(0, bytes))
+      return true
+    }
+    const owner = this.#nextOwner
+    this.#held.set(owner, (this.#held.get(owner) ?? 0) + 1)
+    let released = false
+    const goOn = taker(into.subarray(0, bytes), () => {
+      if (released) return
+      released = true
+      this.#release(owner)
+    })
+    const end = into.byteOffset - owner.byteOffset + bytes
+    if (owner.length - end >= MIN_READ_BYTES) {
+      this.#next = owner.subarray(end)
+    } else {
+      let free = this.#pool.find((buffer) => !this.#held.has(buffer))
+      if (!free) {
+        free = Buffer.allocUnsafeSlow(READ_BUFFER_BYTES)
+        this.#pool.push(free)
+      }
+      this.#next = this.#nextOwner = free
+    }
+    if (!goOn) return false
+    if (this.#held.size < MAX_HELD_BUFFERS) return true
+    this.#paused = true
+    return false
+  }
+
+  #release(owner: Buffer): void {
+    const left = this.#held.get(owner)! - 1
+    if (left > 0) return void this.#held.set(owner, left)
+    this.#held.delete(owner)
+    if (this.#paused && this.#held.size < MAX_HELD_BUFFERS && this.taker) {
+      this.#paused = false
+      this.socket?.resume()
+    }
+  }
+}
+
+const connections = new WeakMap<object, ConnectionReads>()
+
+/**
+ * Gives the reads of `socket`, a connection of these agents, to `taker` from its next read on, away from
+ * its `data` listeners (Node's HTTP client, which then sees no more of this connection). Answers false,
+ * taking nothing, for a socket the agents did not make.
+ */
+export function takeReads(socket: object, taker: ReadTaker): boolean {
+  const reads = connections.get(socket)
+  if (!reads) return false
+  reads.taker = taker
+  return true
+}
+
+/** The agent's own `createConnection` with an `onread` that hands each read on (see {@link ConnectionReads}). */
 function connectWithReadBuffer(
   agent: http.Agent,
   create: Connect,
   options: object,
   callback?: (err: Error | null, socket: Duplex) => void,
 ): Duplex {
-  let owner: Duplex | undefined
-  const onread = {
-    buffer: Buffer.allocUnsafeSlow(READ_BUFFER_BYTES),
-    callback(bytes: number, into: Buffer): boolean {
-      owner?.emit('data', into.subarray(0, bytes))
-      return true
-    },
-  }
-  owner = create.call(agent, { ...options, onread }, callback)
-  return owner
+  const reads = new ConnectionReads()
+  const onread = { buffer: () => reads.next(), callback: (bytes: number, into: Buffer) => reads.read(bytes, into) }
+  const socket = create.call(agent, { ...options, onread }, callback)
+  reads.socket = socket
+  connections.set(socket, reads)
+  return socket
 }
 
 /** Node's `http.Agent` with keep-alive and 50 sockets, each reading into a buffer of its own. */

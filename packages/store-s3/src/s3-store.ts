@@ -38,6 +38,7 @@ import {
 import { isInvalidRange, isMissingObject, reasonOf, sanitizeCause, sizeFromRangeError } from './errors.js'
 import { multipartCopy } from './multipart-copy.js'
 import { bodyOf, parseContentRange, sliceOf } from './object-bodies.js'
+import { lendingBody } from './lent-bodies.js'
 import { ReadBufferHttpAgent, ReadBufferHttpsAgent } from './read-buffer-agents.js'
 import { SAFE_TYPE } from './object-headers.js'
 import { MiB, putObject, putStream, SINGLE_PUT_MAX, slices } from './object-uploads.js'
@@ -202,7 +203,7 @@ export class S3Store implements Store {
     const objectKey = this.#objectKey(key)
     if (range === undefined) {
       const out = await this.#call('GetObject', key, () => this.client.send(new GetObjectCommand({ Bucket: this.bucket, Key: objectKey })))
-      return bodyOf(out.Body)
+      return lendingBody(bodyOf(out.Body), out.ContentLength)
     }
     const { start, end } = range
     const valid = Number.isSafeInteger(start) && start >= 0 && (end === undefined || (Number.isSafeInteger(end) && end >= start))
@@ -231,7 +232,7 @@ export class S3Store implements Store {
       throw rangeNotSatisfiable(key, range, sent.size)
     }
     const last = Math.min(end ?? sent.size - 1, sent.size - 1)
-    if (sent.start === start && sent.end === last) return body
+    if (sent.start === start && sent.end === last) return lendingBody(body, out.ContentLength)
     if (sent.start > start || sent.end < last) {
       body.destroy()
       throw this.#failure(

@@ -18,6 +18,7 @@ import { type AttachStorage, contextOf } from '../service/attach-storage.js'
 import type { ServiceContext } from '../service/context.js'
 import { resolveById } from '../service/serving.js'
 import { signatureIn } from '../service/signing.js'
+import { type WritesInto, writeInto } from '../stores/store.js'
 import type { AccessContext, Logger, ViewSignature } from '../service/types.js'
 import { parseInput } from '../validation.js'
 import { releaseRequestBody } from './early-answer.js'
@@ -247,7 +248,8 @@ async function writeAnswer(res: ServerResponse, answer: FileAnswer, logger: Logg
     }
     res.writeHead(answer.status, flatHeaders(res, answer.headers))
     try {
-      await pipeline(stream, res)
+      const into = (stream as Partial<WritesInto>)[writeInto]
+      await (into ? into.call(stream, res) : pipeline(stream, res))
     } catch {
       // The client went away, or the source failed after the status line: cut the connection.
       if (!res.destroyed) res.destroy()

@@ -22,6 +22,7 @@ export { AttachStorageError } from '../errors.js'
 export { normalizeKey, normalizePrefix, joinKey, isNormalKey, MAX_KEY_LENGTH } from '../stores/key.js'
 export { parseDuration, parseSize } from '../config/units.js'
 export { isActiveContent } from '../media/sniff.js'
+export { writeInto, type WritesInto } from '../stores/store.js'
 export type {
   ByteRange,
   PresignGetOptions,

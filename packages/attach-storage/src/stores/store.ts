@@ -1,4 +1,4 @@
-import type { Readable } from 'node:stream'
+import type { Readable, Writable } from 'node:stream'
 
 /** What a store knows about one stored object. */
 export interface StoreStat {
@@ -51,7 +51,10 @@ export interface Store {
   readonly type: string
   /** Writes a whole object from a stream or bytes. Resolves with the stored size. */
   put(key: string, body: Readable | Uint8Array, options?: PutOptions): Promise<{ size: number }>
-  /** Streams an object, or the inclusive byte range of it. */
+  /**
+   * Streams an object, or the inclusive byte range of it. The stream may also have a
+   * {@link writeInto} method, which the Node fast path of views uses instead of a pipe.
+   */
   get(key: string, range?: ByteRange): Promise<Readable>
   /** Size and modification time; throws `not-found` when missing. */
   stat(key: string): Promise<StoreStat>
@@ -101,6 +104,22 @@ export interface Store {
    * one that ignores it answers a buffer of its own.
    */
   readBytes?(key: string, start: number, length: number, into?: Uint8Array): Promise<Uint8Array>
+}
+
+/**
+ * The key of an optional method of a stream that {@link Store.get} answers:
+ * `stream[writeInto](dest)` writes the rest of the stream's bytes into `dest`, ends it, and resolves once
+ * `dest` finished; it rejects when either side fails, and then leaves `dest` to the caller, who destroys
+ * it. Unlike a pipe, it may hand `dest` views of its own read buffers, and fills a buffer again only once
+ * the callback of every write of it ran, so it fits a `dest` that keeps no chunk past that callback:
+ * Node's sockets and HTTP responses. A stream that has it can still be read as any other. The S3 store's
+ * large GetObject bodies have it (docs/stores/s3.md).
+ */
+export const writeInto: unique symbol = Symbol.for('attach-storage.writeInto')
+
+/** A stream with the {@link writeInto} method. */
+export interface WritesInto {
+  [writeInto](dest: Writable): Promise<void>
 }
 
 /** What {@link Store.presignGet} signs. */
