@@ -264,10 +264,11 @@ describe('views of large S3 records through the Node fast path', () => {
     path: string,
     headers: Record<string, string> = {},
     slow = false,
+    origin = base,
   ): Promise<{ status: number; headers: http.IncomingHttpHeaders; body: Buffer }> {
     return new Promise((resolve, reject) => {
       http
-        .get(`${base}${path}`, { headers, agent: false }, (res) => {
+        .get(`${origin}${path}`, { headers, agent: false }, (res) => {
           const parts: Buffer[] = []
           let since = 0
           res.on('data', (d: Buffer) => {
@@ -298,6 +299,29 @@ describe('views of large S3 records through the Node fast path', () => {
     expect(ranged.status).toBe(206)
     expect(ranged.headers['content-range']).toBe(`bytes 1000-12583911/${BIG.length}`)
     expect(ranged.body.equals(BIG.subarray(1000, 12_583_912))).toBe(true)
+  })
+
+  it('serves a download through the fast path and a view through the handlers (the Node bridge alone)', async () => {
+    const id = await saved('72')
+    const download = await get(`/assets/storage/attach/download/${id}`, {}, true)
+    expect(download.status).toBe(200)
+    expect(download.headers['content-disposition']).toContain('big.bin')
+    expect(sha(download.body)).toBe(sha(BIG))
+    const bridge = http.createServer(createNodeHandler(createAttachHandler(storage).fetch))
+    await new Promise<void>((resolve) => bridge.listen(0, '127.0.0.1', resolve))
+    try {
+      const viaHandlers = await get(
+        `/assets/storage/attach/view/${id}`,
+        {},
+        true,
+        `http://127.0.0.1:${(bridge.address() as AddressInfo).port}`,
+      )
+      expect(viaHandlers.status).toBe(200)
+      expect(sha(viaHandlers.body)).toBe(sha(BIG))
+    } finally {
+      bridge.closeAllConnections()
+      await new Promise((resolve) => bridge.close(resolve))
+    }
   })
 
   it('goes on serving after a client that leaves in the middle of a view', async () => {

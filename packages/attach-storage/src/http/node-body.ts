@@ -1,4 +1,6 @@
-import type { Readable } from 'node:stream'
+import type { Readable, Writable } from 'node:stream'
+import { pipeline } from 'node:stream/promises'
+import { type WritesInto, writeInto } from '../stores/store.js'
 
 /**
  * A streamed answer of the handlers keeps its Node stream under this key. A Node adapter that finds it
@@ -6,6 +8,16 @@ import type { Readable } from 'node:stream'
  * created lazily and then never started: the bytes cross no Web stream on Node.
  */
 export const NODE_BODY = Symbol.for('attach-storage.node-body')
+
+/**
+ * Writes a stored file's stream into a Node destination (a response) and ends it: by the stream's own
+ * {@link writeInto} where it has one (the S3 store's large bodies), else by a pipe. Rejects when either
+ * side fails, leaving `dest` to the caller.
+ */
+export function writeStreamInto(stream: Readable, dest: Writable): Promise<void> {
+  const into = (stream as Partial<WritesInto>)[writeInto]
+  return into ? into.call(stream, dest) : pipeline(stream, dest)
+}
 
 /** A Response whose body streams `stream`, carrying the stream for Node adapters (see {@link NODE_BODY}). */
 export function streamResponse(stream: Readable, init: ResponseInit): Response {

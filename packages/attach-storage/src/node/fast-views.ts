@@ -7,7 +7,7 @@
  * to the handlers.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http'
-import { pipeline } from 'node:stream/promises'
+import { writeStreamInto } from '../http/node-body.js'
 import { answeredError, errorAnswer } from '../http/respond.js'
 import { firstValues } from '../http/router.js'
 import { CACHE_BOUND_HEADER, DecideQuerySchema, decideSignedView } from '../http/routes/auth-request.js'
@@ -18,7 +18,6 @@ import { type AttachStorage, contextOf } from '../service/attach-storage.js'
 import type { ServiceContext } from '../service/context.js'
 import { resolveById } from '../service/serving.js'
 import { signatureIn } from '../service/signing.js'
-import { type WritesInto, writeInto } from '../stores/store.js'
 import type { AccessContext, Logger, ViewSignature } from '../service/types.js'
 import { parseInput } from '../validation.js'
 import { releaseRequestBody } from './early-answer.js'
@@ -248,8 +247,7 @@ async function writeAnswer(res: ServerResponse, answer: FileAnswer, logger: Logg
     }
     res.writeHead(answer.status, flatHeaders(res, answer.headers))
     try {
-      const into = (stream as Partial<WritesInto>)[writeInto]
-      await (into ? into.call(stream, res) : pipeline(stream, res))
+      await writeStreamInto(stream, res)
     } catch {
       // The client went away, or the source failed after the status line: cut the connection.
       if (!res.destroyed) res.destroy()

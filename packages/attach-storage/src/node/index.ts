@@ -12,9 +12,8 @@
  */
 import type { IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http'
 import type { Duplex, Readable } from 'node:stream'
-import { pipeline } from 'node:stream/promises'
 import { AttachStorageError, badRequest, notFound, type AttachErrorCode } from '../errors.js'
-import { carryNodeRequestBody, nodeBodyOf } from '../http/node-body.js'
+import { carryNodeRequestBody, nodeBodyOf, writeStreamInto } from '../http/node-body.js'
 import { type BodyState, releaseRequestBody, trackBody } from './early-answer.js'
 import { answerMatched, type FastViews } from './fast-views.js'
 
@@ -328,7 +327,7 @@ export async function writeWebResponse(res: ServerResponse, response: Response, 
     const abort = () => node.destroy()
     signal?.addEventListener('abort', abort, { once: true })
     try {
-      await pipeline(node, res)
+      await writeStreamInto(node, res)
     } catch {
       // The client went away, or the source failed after the status line: cut the connection.
       if (!res.destroyed) res.destroy()
