@@ -151,6 +151,23 @@ describe('S3 GetObject bodies written from the connection buffers', () => {
     expect(intoOf(await drained(store.get('lent/big', { start: 0, end: LEND_FROM_BYTES - 2 })))).toBeUndefined()
   })
 
+  it("pipes a body that came through other agents (a clientConfig's requestHandler) into the destination", async () => {
+    const agent = new http.Agent({ keepAlive: true })
+    const other = new S3Store('s3', { ...s3.settings, clientConfig: { requestHandler: { httpAgent: agent } } } as never)
+    try {
+      const stream = await other.get('lent/big')
+      const sink = new SlowSink()
+      await intoOf(stream)!.call(stream, sink)
+      expect(sha(sink.body)).toBe(sha(BIG))
+      // Node's own reads: a new buffer for each, none of the store's.
+      expect([...sink.buffers].some((b) => b.byteLength === READ_BUFFER_BYTES)).toBe(false)
+      expect(sink.buffers.size).toBeGreaterThan(40)
+    } finally {
+      await other.close()
+      agent.destroy()
+    }
+  })
+
   it('rejects when the destination fails, and the store serves the next read', async () => {
     const stream = await store.get('lent/big')
     const sink = new SlowSink(1, 5 * MiB)

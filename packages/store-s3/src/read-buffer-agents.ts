@@ -22,6 +22,11 @@
  * What it does not fit: a listener that keeps the `data` it is given beyond its call. No such listener
  * is in the S3 client's path; an upgrade or CONNECT, the one place Node's client keeps the bytes it was
  * given, is never made by it.
+ *
+ * Taken reads: {@link takeReads} gives a connection's further reads to a taker instead of its `data`
+ * listeners (lent-bodies.ts writes a large body into a response that way). The taker may then hold the
+ * bytes of each read until it releases them, so the connection reads on into the rest of its buffer or
+ * into a buffer with nothing held, and pauses while two buffers are held.
  */
 import http from 'node:http'
 import https from 'node:https'
