@@ -179,6 +179,27 @@ export async function createResumable(ctx: ServiceContext, input: CreateInput, a
 /** The caller's upload and where it stands: 404 unknown or expired, 403 another user's. */
 async function find(ctx: ServiceContext, name: string, access: AccessContext): Promise<{ info?: ResumableInfo; status: ResumableStatus }> {
   const mine = (createdBy: unknown) => ((createdBy ?? null) === null ? access.user === null : sameUser(createdBy, access.user?.id))
+  /** The upload's expiry, once it is the caller's and not expired. */
+  const checked = (info: ResumableInfo) => {
+    if (!mine(info.createdBy)) throw forbidden('This upload belongs to another user')
+    const expires = expiresOf(ctx, info.createdDt)
+    if (expires.getTime() <= ctx.now().getTime()) throw notFound('This upload has expired')
+    return expires
+  }
+  // On the local store, an upload whose data file is still there is not completed: the completion
+  // renames that file away before anything marks the upload done. Its info and the file's size are
+  // read at once, and the completed upload's record is not looked for (one read fewer a PATCH).
+  const file = localFile(ctx, dataKey(name))
+  if (file) {
+    const [size, info] = await Promise.all([
+      stat(file).then(
+        (s) => s.size,
+        () => undefined,
+      ),
+      readInfo(ctx.stores.tmpStore, name),
+    ])
+    if (size !== undefined && info) return { info, status: { name, offset: size, length: info.length, expires: checked(info) } }
+  }
   const done = await readTmpMeta(ctx, name)
   if (done) {
     if (!mine(done.createdBy)) throw forbidden('This upload belongs to another user')
@@ -188,9 +209,7 @@ async function find(ctx: ServiceContext, name: string, access: AccessContext): P
   }
   const info = await readInfo(ctx.stores.tmpStore, name)
   if (!info) throw notFound('No such upload (unknown, expired or refused)')
-  if (!mine(info.createdBy)) throw forbidden('This upload belongs to another user')
-  const expires = expiresOf(ctx, info.createdDt)
-  if (expires.getTime() <= ctx.now().getTime()) throw notFound('This upload has expired')
+  const expires = checked(info)
   return { info, status: { name, offset: await offsetOf(ctx, name), length: info.length, expires } }
 }
 
