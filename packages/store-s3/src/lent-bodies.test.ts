@@ -19,7 +19,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { S3Store } from './index.js'
 import { LEND_FROM_BYTES } from './lent-bodies.js'
 import { READ_BUFFER_BYTES } from './read-buffer-agents.js'
-import { S3RVER_ACCESS_KEY, S3RVER_SECRET_KEY, startS3rver, type TestS3Server } from './test-server.js'
+import { startS3rver, type TestS3Server } from './test-server.js'
 
 const MiB = 1024 * 1024
 const sha = (b: Uint8Array) => createHash('sha256').update(b).digest('hex')
@@ -224,17 +224,7 @@ describe('views of large S3 records through the Node fast path', () => {
     storage = await createAttachStorage({
       config: {
         directory: { 'base-dir': join(dir, 'files'), 'tmp-dir': join(dir, 'tmp') },
-        stores: {
-          s3: {
-            type: 's3',
-            bucket: s3.bucket,
-            region: 'us-east-1',
-            endpoint: s3.endpoint,
-            'force-path-style': true,
-            'access-key': S3RVER_ACCESS_KEY,
-            'secret-key': S3RVER_SECRET_KEY,
-          },
-        },
+        stores: { s3: s3.fileSettings() },
         'default-store': 's3',
         'tmp-store': 's3',
         domains: { demo: {} },
