@@ -190,6 +190,8 @@ async function find(ctx: ServiceContext, name: string, access: AccessContext): P
   // renames that file away before anything marks the upload done. Its info and the file's size are
   // read at once, and the completed upload's record is not looked for (one read fewer a PATCH).
   const file = localFile(ctx, dataKey(name))
+  /** The info as read beside the data file's size, when it was (so it is not read twice). */
+  let read: { info: ResumableInfo | undefined } | undefined
   if (file) {
     const [size, info] = await Promise.all([
       stat(file).then(
@@ -199,6 +201,7 @@ async function find(ctx: ServiceContext, name: string, access: AccessContext): P
       readInfo(ctx.stores.tmpStore, name),
     ])
     if (size !== undefined && info) return { info, status: { name, offset: size, length: info.length, expires: checked(info) } }
+    read = { info }
   }
   const done = await readTmpMeta(ctx, name)
   if (done) {
@@ -207,7 +210,7 @@ async function find(ctx: ServiceContext, name: string, access: AccessContext): P
     if (await ctx.stores.tmpStore.exists(infoKey(name))) await dropFolder(ctx, name)
     return { status: { name, offset: done.size, length: done.size, expires: expiresOf(ctx, done.createdDt), done } }
   }
-  const info = await readInfo(ctx.stores.tmpStore, name)
+  const info = read ? read.info : await readInfo(ctx.stores.tmpStore, name)
   if (!info) throw notFound('No such upload (unknown, expired or refused)')
   const expires = checked(info)
   return { info, status: { name, offset: await offsetOf(ctx, name), length: info.length, expires } }

@@ -53,7 +53,7 @@ export interface Store {
   put(key: string, body: Readable | Uint8Array, options?: PutOptions): Promise<{ size: number }>
   /**
    * Streams an object, or the inclusive byte range of it. The stream may also have a
-   * {@link writeInto} method, which the Node fast path of views uses instead of a pipe.
+   * {@link writeInto} method, which the Node fast path of views and the Node bridge use instead of a pipe.
    */
   get(key: string, range?: ByteRange): Promise<Readable>
   /** Size and modification time; throws `not-found` when missing. */
